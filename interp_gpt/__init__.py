@@ -1,0 +1,31 @@
+"""interp_gpt: a readable, hookable GPT-2 for mechanistic interpretability.
+
+Example:
+    >>> from interp_gpt import GPT
+    >>> model = GPT.from_pretrained("gpt2")
+    >>> logits, cache = model.run_with_cache("The cat sat on the mat")
+    >>> cache["pattern", 3].shape
+"""
+
+from .cache import ActivationCache
+from .config import PRESETS, Config, preset
+from .hooks import HookedModule, HookPoint
+from .loading import CheckpointError, from_pretrained, from_pretrained_no_processing, save_hf_checkpoint
+from .model import GPT
+from .utils import get_act_name
+
+__all__ = [
+    "GPT",
+    "Config",
+    "PRESETS",
+    "preset",
+    "HookPoint",
+    "HookedModule",
+    "ActivationCache",
+    "CheckpointError",
+    "from_pretrained",
+    "from_pretrained_no_processing",
+    "save_hf_checkpoint",
+    "get_act_name",
+]
+__version__ = "0.1.0"

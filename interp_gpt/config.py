@@ -1,0 +1,95 @@
+"""The model's configuration and the named GPT-2 presets."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, Literal
+
+ACT_FNS = ("gelu_new", "gelu", "relu", "gelu_fast")
+
+
+@dataclass
+class Config:
+    """Everything that fixes the shapes and behaviour of a `GPT`.
+
+    Field names follow transformer-lens' `HookedTransformerConfig` so that code
+    reading `model.cfg.n_layers` ports unchanged.
+
+    Example:
+        >>> cfg = Config(n_layers=2, d_model=64, n_heads=4, d_vocab=100, n_ctx=32)
+        >>> cfg.d_head, cfg.d_mlp
+        (16, 256)
+    """
+
+    n_layers: int = 12
+    d_model: int = 768
+    n_heads: int = 12
+    d_head: int = -1  # -1: d_model // n_heads, as GPT-2 does
+    d_mlp: int = -1  # -1: 4 * d_model, GPT-2's width
+    d_vocab: int = 50257
+    n_ctx: int = 1024  # longest sequence the position embedding covers
+    act_fn: str = "gelu_new"  # GPT-2 uses the tanh approximation of GELU
+    layer_norm_eps: float = 1e-5
+    # "LN": LayerNorm with weight and bias. "LNPre": centre-and-scale only, used once
+    # fold_ln has moved the weight and bias into the layer that reads the output.
+    normalization_type: Literal["LN", "LNPre"] = "LN"
+    init_range: float = 0.02  # std of the normal init, GPT-2's value
+    model_name: str = "custom"
+    tokenizer_name: str | None = "gpt2"  # which tokenizer `GPT.from_pretrained` attaches
+    default_prepend_bos: bool = True  # as transformer-lens does for GPT-2
+    # Opt-in hook points (off by default because they cost memory or time):
+    use_attn_result: bool = False  # attn.hook_result [batch, pos, head, d_model]
+    use_split_qkv_input: bool = False  # hook_q_input/k_input/v_input [batch, pos, head, d_model]
+    use_attn_in: bool = False  # hook_attn_in [batch, pos, head, d_model]
+    use_hook_mlp_in: bool = False  # hook_mlp_in [batch, pos, d_model]
+    use_hook_tokens: bool = False  # hook_tokens [batch, pos]
+
+    def __post_init__(self) -> None:
+        if self.d_head == -1:
+            if self.n_heads <= 0 or self.d_model % self.n_heads:
+                raise ValueError(
+                    f"Config: d_model={self.d_model} is not divisible by n_heads={self.n_heads}; "
+                    "pass d_head explicitly"
+                )
+            self.d_head = self.d_model // self.n_heads
+        if self.d_mlp == -1:
+            self.d_mlp = 4 * self.d_model
+        for name in ("n_layers", "d_model", "n_heads", "d_head", "d_mlp", "d_vocab", "n_ctx"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+                raise ValueError(f"Config: {name} must be a positive int, got {value!r}")
+        if self.act_fn not in ACT_FNS:
+            raise ValueError(f"Config: act_fn={self.act_fn!r} is not one of {ACT_FNS}")
+        if self.normalization_type not in ("LN", "LNPre"):
+            raise ValueError(
+                f"Config: normalization_type={self.normalization_type!r}, expected 'LN' or 'LNPre'"
+            )
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Config:
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise ValueError(f"Config.from_dict: unknown fields {unknown}; known: {sorted(known)}")
+        return cls(**d)
+
+
+# The five GPT-2 checkpoints OpenAI / Hugging Face publish. d_head is 64 in all of them.
+PRESETS: dict[str, Config] = {
+    "gpt2": Config(n_layers=12, d_model=768, n_heads=12, model_name="gpt2"),
+    "gpt2-medium": Config(n_layers=24, d_model=1024, n_heads=16, model_name="gpt2-medium"),
+    "gpt2-large": Config(n_layers=36, d_model=1280, n_heads=20, model_name="gpt2-large"),
+    "gpt2-xl": Config(n_layers=48, d_model=1600, n_heads=25, model_name="gpt2-xl"),
+    "distilgpt2": Config(n_layers=6, d_model=768, n_heads=12, model_name="distilgpt2"),
+}
+
+
+def preset(name: str) -> Config:
+    """A fresh copy of a named preset's config, e.g. ``preset("gpt2-medium")``."""
+    if name not in PRESETS:
+        raise KeyError(f"preset: unknown name {name!r}; known presets: {sorted(PRESETS)}")
+    return dataclasses.replace(PRESETS[name])

@@ -1,0 +1,304 @@
+"""Hook points and the machinery that attaches functions to them.
+
+Every activation of the model passes through a named `HookPoint`. A hook point is
+the identity until a function is attached; an attached forward function sees
+`(tensor, hook)` and may return a replacement of the same shape, exactly as in
+transformer-lens. Backward functions see the gradient of that activation.
+
+`HookedModule` (the base class of `GPT`) adds the user-facing calls:
+`add_hook`, `reset_hooks`, the `hooks(...)` context, `run_with_hooks` and
+`run_with_cache`. Hooks added by a context or a `run_with_*` call are removed on
+every exit path: normal return, an exception raised by a hook, KeyboardInterrupt.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any, Literal, Union
+
+import torch
+from torch import Tensor, nn
+
+HookFn = Callable[..., Union[Tensor, None]]
+NameFilter = Union[None, str, Sequence[str], Callable[[str], bool]]
+HookSpec = tuple[Union[str, Callable[[str], bool]], HookFn]
+
+
+@dataclass(eq=False)
+class _Hook:
+    """One attached function. `active` goes False on removal, so a backward hook
+    registered on a tensor during the forward pass stops firing once removed."""
+
+    fn: HookFn
+    is_permanent: bool = False
+    active: bool = field(default=True)
+
+
+class HookPoint(nn.Module):
+    """An identity module that hook functions can be attached to.
+
+    Example:
+        >>> hp = HookPoint(); hp.name = "demo"
+        >>> hp.add_hook(lambda x, hook: x * 2)
+        >>> hp(torch.ones(2))
+        tensor([2., 2.])
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.name: str | None = None
+        self.fwd_hooks: list[_Hook] = []
+        self.bwd_hooks: list[_Hook] = []
+
+    def add_hook(
+        self, fn: HookFn, dir: Literal["fwd", "bwd"] = "fwd", is_permanent: bool = False
+    ) -> _Hook:
+        if not callable(fn):
+            raise TypeError(f"add_hook: fn must be callable, got {type(fn).__name__}")
+        handle = _Hook(fn, is_permanent)
+        if dir == "fwd":
+            self.fwd_hooks.append(handle)
+        elif dir == "bwd":
+            self.bwd_hooks.append(handle)
+        else:
+            raise ValueError(f"add_hook: dir must be 'fwd' or 'bwd', got {dir!r}")
+        return handle
+
+    def remove(self, handle: _Hook) -> None:
+        handle.active = False
+        for hooks in (self.fwd_hooks, self.bwd_hooks):
+            if handle in hooks:
+                hooks.remove(handle)
+
+    def remove_hooks(self, dir: Literal["fwd", "bwd", "both"] = "both", including_permanent: bool = False) -> None:
+        for d in ("fwd", "bwd"):
+            if dir not in (d, "both"):
+                continue
+            hooks = self.fwd_hooks if d == "fwd" else self.bwd_hooks
+            for h in [h for h in hooks if including_permanent or not h.is_permanent]:
+                self.remove(h)
+
+    @property
+    def has_hooks(self) -> bool:
+        return bool(self.fwd_hooks or self.bwd_hooks)
+
+    def forward(self, x: Tensor) -> Tensor:
+        # The fast path: an idle hook point is a single attribute check.
+        if not self.fwd_hooks and not self.bwd_hooks:
+            return x
+        for h in list(self.fwd_hooks):
+            out = h.fn(x, hook=self)
+            if out is None:
+                continue
+            if not isinstance(out, Tensor):
+                raise TypeError(
+                    f"hook {_fn_name(h.fn)} on {self.name} returned {type(out).__name__}; "
+                    "a hook must return None or a Tensor"
+                )
+            if out.shape != x.shape:
+                raise ValueError(
+                    f"hook {_fn_name(h.fn)} on {self.name} returned shape {tuple(out.shape)}, "
+                    f"but the activation has shape {tuple(x.shape)}"
+                )
+            x = out
+        if self.bwd_hooks and x.requires_grad:
+            for h in list(self.bwd_hooks):
+                x.register_hook(_grad_hook(h, self))
+        return x
+
+
+def _grad_hook(h: _Hook, hook_point: HookPoint) -> Callable[[Tensor], Tensor | None]:
+    def call(grad: Tensor) -> Tensor | None:
+        return h.fn(grad, hook=hook_point) if h.active else None
+
+    return call
+
+
+def _fn_name(fn: Any) -> str:
+    return getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or repr(fn)
+
+
+class HookedModule(nn.Module):
+    """Base class that finds its `HookPoint`s and manages the functions on them.
+
+    Subclasses call `self.setup_hooks()` at the end of `__init__`.
+    """
+
+    hook_dict: dict[str, HookPoint]
+
+    def setup_hooks(self) -> None:
+        self.hook_dict = {}
+        for name, module in self.named_modules():
+            if isinstance(module, HookPoint):
+                module.name = name
+                self.hook_dict[name] = module
+        self._hook_names = list(self.hook_dict)
+
+    # ----- name resolution -------------------------------------------------
+    def _unknown_hook_error(self, name: str) -> KeyError:
+        msg = f"no hook point named {name!r}"
+        m = re.match(r"blocks\.(-?\d+)\.", name)
+        layers = sorted({int(k.split(".")[1]) for k in self.hook_dict if k.startswith("blocks.")})
+        if m and layers and int(m.group(1)) not in layers:
+            msg += f": layer {m.group(1)} is out of range, layers are {layers[0]}..{layers[-1]}"
+        else:
+            close = difflib.get_close_matches(name, self._hook_names, n=3, cutoff=0.6)
+            if close:
+                msg += f"; did you mean {' or '.join(repr(c) for c in close)}?"
+            else:
+                msg += "; see model.hook_dict for the names"
+        return KeyError(msg)
+
+    def hook_points(self, name_or_filter: NameFilter, arg: str = "name") -> list[HookPoint]:
+        """The hook points a name, a list of names, a predicate or None (all) selects."""
+        if name_or_filter is None:
+            return list(self.hook_dict.values())
+        if isinstance(name_or_filter, str):
+            if name_or_filter not in self.hook_dict:
+                raise self._unknown_hook_error(name_or_filter)
+            return [self.hook_dict[name_or_filter]]
+        if callable(name_or_filter):
+            return [hp for name, hp in self.hook_dict.items() if name_or_filter(name)]
+        if isinstance(name_or_filter, Iterable):
+            names = list(name_or_filter)
+            bad = [n for n in names if not isinstance(n, str)]
+            if bad:
+                raise TypeError(f"{arg}: expected hook names (str), got {bad[0]!r}")
+            return [hp for n in dict.fromkeys(names) for hp in self.hook_points(n, arg)]
+        raise TypeError(
+            f"{arg}: expected a hook name, a list of names, a callable filter or None; "
+            f"got {type(name_or_filter).__name__}"
+        )
+
+    # ----- adding and removing ---------------------------------------------
+    def add_hook(
+        self,
+        name: str | Callable[[str], bool],
+        hook: HookFn,
+        dir: Literal["fwd", "bwd"] = "fwd",
+        is_permanent: bool = False,
+    ) -> list[tuple[HookPoint, _Hook]]:
+        """Attach `hook` to the hook point `name` (or to every name a filter accepts).
+
+        Returns handles that `remove_handles` takes. Non-permanent hooks go with
+        `reset_hooks()`; permanent ones only with `reset_hooks(including_permanent=True)`.
+        """
+        points = self.hook_points(name)
+        return [(hp, hp.add_hook(hook, dir=dir, is_permanent=is_permanent)) for hp in points]
+
+    def remove_handles(self, handles: Iterable[tuple[HookPoint, _Hook]]) -> None:
+        for hp, h in handles:
+            hp.remove(h)
+
+    def reset_hooks(self, including_permanent: bool = False) -> None:
+        """Remove every hook (permanent ones too if `including_permanent`)."""
+        for hp in self.hook_dict.values():
+            hp.remove_hooks("both", including_permanent=including_permanent)
+
+    @contextmanager
+    def hooks(
+        self,
+        fwd_hooks: Sequence[HookSpec] = (),
+        bwd_hooks: Sequence[HookSpec] = (),
+        reset_hooks_end: bool = True,
+    ) -> Iterator[HookedModule]:
+        """Context in which the given hooks are attached; they go when it exits.
+
+        Contexts nest: leaving an inner one removes only the hooks it added.
+
+        Example:
+            >>> with model.hooks(fwd_hooks=[("blocks.0.hook_resid_pre", fn)]):
+            ...     logits = model(tokens)
+        """
+        handles: list[tuple[HookPoint, _Hook]] = []
+        try:
+            for spec, direction in [(s, "fwd") for s in fwd_hooks] + [(s, "bwd") for s in bwd_hooks]:
+                if not (isinstance(spec, (tuple, list)) and len(spec) == 2):
+                    raise TypeError(
+                        f"{direction}_hooks: each entry must be (name_or_filter, fn), got {spec!r}"
+                    )
+                handles += self.add_hook(spec[0], spec[1], dir=direction)  # type: ignore[arg-type]
+            yield self
+        finally:
+            if reset_hooks_end:
+                self.remove_handles(handles)
+
+    def run_with_hooks(
+        self,
+        *model_args: Any,
+        fwd_hooks: Sequence[HookSpec] = (),
+        bwd_hooks: Sequence[HookSpec] = (),
+        reset_hooks_end: bool = True,
+        **model_kwargs: Any,
+    ) -> Any:
+        """Run the model with hooks attached for this call only.
+
+        Example:
+            >>> def zero_head_3(z, hook):
+            ...     z[:, :, 3] = 0.0
+            >>> logits = model.run_with_hooks("Hello", fwd_hooks=[("blocks.1.attn.hook_z", zero_head_3)])
+        """
+        with self.hooks(fwd_hooks, bwd_hooks, reset_hooks_end):
+            return self(*model_args, **model_kwargs)
+
+    def run_with_cache(
+        self,
+        *model_args: Any,
+        names_filter: NameFilter = None,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+        remove_batch_dim: bool = False,
+        incl_bwd: bool = False,
+        reset_hooks_end: bool = True,
+        **model_kwargs: Any,
+    ) -> tuple[Any, Any]:
+        """Run the model and return `(output, cache)` with the activations `names_filter` selects.
+
+        `names_filter`: None (every hook), a name, a list of names, or a predicate on names.
+        `device` / `dtype`: where and in which dtype to store the cached tensors.
+        `incl_bwd`: also cache gradients (as `name + "_grad"`); the output must be a scalar
+        (use `return_type="loss"`), on which `.backward()` is called.
+
+        Example:
+            >>> logits, cache = model.run_with_cache("Hello world")
+            >>> cache["pattern", 0].shape   # [batch, head, query_pos, key_pos]
+        """
+        from .cache import ActivationCache
+
+        points = self.hook_points(names_filter, arg="names_filter")
+        if not points:
+            raise ValueError(
+                f"names_filter={names_filter!r} matches no hook point; see model.hook_dict for the names"
+            )
+        store: dict[str, Tensor] = {}
+
+        def save(name: str) -> HookFn:
+            def fn(t: Tensor, hook: HookPoint) -> None:
+                t = t.detach()
+                if remove_batch_dim:
+                    t = t[0]
+                store[name] = t.to(device=device, dtype=dtype) if (device or dtype) else t
+
+            return fn
+
+        fwd = [(hp.name, save(hp.name)) for hp in points]
+        bwd = [(hp.name, save(hp.name + "_grad")) for hp in points] if incl_bwd else []
+        with self.hooks(fwd, bwd, reset_hooks_end):  # type: ignore[arg-type]
+            out = self(*model_args, **model_kwargs)
+            if incl_bwd:
+                if not (isinstance(out, Tensor) and out.numel() == 1):
+                    raise ValueError(
+                        "run_with_cache(incl_bwd=True) needs a scalar output to call backward() on; "
+                        "pass return_type='loss'"
+                    )
+                out.backward()
+        # Keep the order of the hook points (the order of the forward pass).
+        order = {hp.name: i for i, hp in enumerate(self.hook_dict.values())}
+        ordered = dict(
+            sorted(store.items(), key=lambda kv: (kv[0].endswith("_grad"), order.get(kv[0].removesuffix("_grad"), 0)))
+        )
+        return out, ActivationCache(ordered, self, has_batch_dim=not remove_batch_dim)

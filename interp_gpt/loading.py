@@ -1,0 +1,515 @@
+"""Load GPT-2 checkpoints into `GPT`, and process weights as transformer-lens does.
+
+Sources (`from_pretrained(source)`):
+  * a hub id: "gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl", "distilgpt2", or any
+    GPT-2-architecture repo, fetched through huggingface_hub and its cache;
+  * a local folder: config.json + model.safetensors (or sharded safetensors, or pytorch_model.bin);
+  * a single weights file (.safetensors, or .bin/.pt/.pth read with weights_only=True);
+  * a `transformers` GPT2LMHeadModel / GPT2Model object;
+  * a transformer-lens HookedTransformer, or a state dict in either layout.
+
+Nothing here unpickles arbitrary code: `.bin` files load with `torch.load(weights_only=True)`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import warnings
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import einops
+import torch
+from torch import Tensor
+
+from .config import Config
+from .model import GPT
+
+HUB_PRESETS = ("gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl", "distilgpt2")
+_WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin")
+# Buffers Hugging Face's GPT-2 stores in older checkpoints; they hold no weights.
+_HF_BUFFER = re.compile(r"(^|\.)h\.\d+\.attn\.(bias|masked_bias)$")
+
+
+class CheckpointError(ValueError):
+    """A checkpoint whose tensors or config do not fit a GPT-2."""
+
+
+# ----------------------------------------------------------------------------
+# Reading sources
+# ----------------------------------------------------------------------------
+def _read_weights_file(path: Path) -> dict[str, Tensor]:
+    if path.suffix == ".safetensors":
+        from safetensors.torch import load_file
+
+        return load_file(str(path))
+    if path.suffix == ".json":  # sharded safetensors index
+        index = json.loads(path.read_text())
+        out: dict[str, Tensor] = {}
+        for shard in sorted(set(index["weight_map"].values())):
+            out.update(_read_weights_file(path.parent / shard))
+        return out
+    if path.suffix in (".bin", ".pt", ".pth"):
+        try:
+            sd = torch.load(path, map_location="cpu", weights_only=True)
+        except Exception as e:  # an unpickling error names the forbidden global
+            raise CheckpointError(
+                f"{path}: could not be read with torch.load(weights_only=True) ({type(e).__name__}: {e}); "
+                "interp_gpt never unpickles arbitrary objects: convert the checkpoint to safetensors"
+            ) from e
+        if isinstance(sd, Mapping) and "state_dict" in sd and isinstance(sd["state_dict"], Mapping):
+            sd = sd["state_dict"]
+        if not isinstance(sd, Mapping):
+            raise CheckpointError(f"{path}: expected a state dict (a mapping of tensors), got {type(sd).__name__}")
+        return dict(sd)
+    raise CheckpointError(f"{path}: unknown weights format {path.suffix!r}; expected .safetensors, .bin, .pt or .pth")
+
+
+def _read_folder(folder: Path) -> tuple[dict[str, Tensor], dict[str, Any] | None]:
+    for name in _WEIGHT_FILES:
+        if (folder / name).exists():
+            weights = _read_weights_file(folder / name)
+            break
+    else:
+        shards = sorted(folder.glob("model-*.safetensors"))
+        if not shards:
+            raise FileNotFoundError(
+                f"{folder}: no weights found; expected one of {', '.join(_WEIGHT_FILES)}"
+            )
+        weights = {}
+        for shard in shards:
+            weights.update(_read_weights_file(shard))
+    config_path = folder / "config.json"
+    hf_config = json.loads(config_path.read_text()) if config_path.exists() else None
+    return weights, hf_config
+
+
+def _looks_like_path(s: str) -> bool:
+    """A string that names a file or folder rather than a hub id ("owner/name" has one slash)."""
+    return s.startswith((".", "/", "~")) or s.count("/") > 1 or s.endswith(
+        (".safetensors", ".bin", ".pt", ".pth", ".json")
+    )
+
+
+def _download(repo_id: str) -> Path:
+    """Fetch a GPT-2 repo's config, weights and tokenizer files through the hub cache."""
+    from huggingface_hub import hf_hub_download, snapshot_download
+
+    patterns = ["config.json", "model.safetensors", "model.safetensors.index.json", "model-*.safetensors",
+                "vocab.json", "merges.txt", "tokenizer.json"]
+    try:
+        folder = Path(snapshot_download(repo_id, allow_patterns=patterns))
+        if not any((folder / f).exists() for f in _WEIGHT_FILES[:2]) and not list(folder.glob("model-*.safetensors")):
+            hf_hub_download(repo_id, "pytorch_model.bin")  # old repos without safetensors
+            folder = Path(snapshot_download(repo_id, allow_patterns=patterns + ["pytorch_model.bin"]))
+    except Exception as e:
+        offline = os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes")
+        why = "HF_HUB_OFFLINE is set and it is not in the local cache" if offline else f"{type(e).__name__}: {e}"
+        raise OSError(
+            f"could not load {repo_id!r} from the Hugging Face hub ({why}). "
+            "Point at a local copy instead: a folder with config.json and model.safetensors "
+            "(e.g. one saved by transformers' save_pretrained), or a weights file."
+        ) from e
+    return folder
+
+
+# ----------------------------------------------------------------------------
+# Configs
+# ----------------------------------------------------------------------------
+def config_from_hf(hf: Mapping[str, Any], name: str = "custom") -> Config:
+    """A `Config` from a Hugging Face GPT-2 `config.json` (any size, not only the presets)."""
+    model_type = hf.get("model_type")
+    archs = hf.get("architectures") or []
+    if model_type != "gpt2" and not any(str(a).startswith("GPT2") for a in archs):
+        raise CheckpointError(
+            f"config.json: model_type={model_type!r}, architectures={archs}: not a GPT-2 checkpoint "
+            "(interp_gpt loads model_type 'gpt2' only)"
+        )
+    try:
+        d_model, n_heads = int(hf["n_embd"]), int(hf["n_head"])
+        act = hf.get("activation_function", "gelu_new")
+        return Config(
+            n_layers=int(hf["n_layer"]),
+            d_model=d_model,
+            n_heads=n_heads,
+            d_head=d_model // n_heads,
+            d_mlp=int(hf.get("n_inner") or 4 * d_model),
+            d_vocab=int(hf["vocab_size"]),
+            n_ctx=int(hf.get("n_positions") or hf.get("n_ctx")),
+            act_fn=act,
+            layer_norm_eps=float(hf.get("layer_norm_epsilon", 1e-5)),
+            init_range=float(hf.get("initializer_range", 0.02)),
+            model_name=name,
+        )
+    except KeyError as e:
+        raise CheckpointError(f"config.json: missing GPT-2 field {e.args[0]!r}") from e
+
+
+def _config_from_hf_tensors(sd: Mapping[str, Tensor], name: str) -> Config:
+    """Infer a config from GPT-2 tensors alone (no config.json): GPT-2 always has d_head 64."""
+    sd = {k.removeprefix("transformer."): v for k, v in sd.items()}
+    if "wte.weight" not in sd:
+        raise CheckpointError(f"{name}: no 'wte.weight' tensor: not a GPT-2 state dict (keys: {sorted(sd)[:8]} ...)")
+    d_vocab, d_model = sd["wte.weight"].shape
+    layers = {int(m.group(1)) for k in sd if (m := re.match(r"h\.(\d+)\.", k))}
+    if d_model % 64:
+        raise CheckpointError(f"{name}: d_model={d_model} is not a multiple of 64; pass config= (n_heads cannot be inferred)")
+    return Config(
+        n_layers=len(layers), d_model=d_model, n_heads=d_model // 64, d_vocab=d_vocab,
+        n_ctx=sd["wpe.weight"].shape[0], d_mlp=sd["h.0.mlp.c_fc.weight"].shape[1] if layers else 4 * d_model,
+        model_name=name,
+    )
+
+
+def _config_from_tl_state_dict(sd: Mapping[str, Tensor], name: str) -> Config:
+    d_vocab, d_model = sd["embed.W_E"].shape
+    n_heads, _, d_head = sd["blocks.0.attn.W_Q"].shape
+    layers = {int(m.group(1)) for k in sd if (m := re.match(r"blocks\.(\d+)\.", k))}
+    return Config(
+        n_layers=len(layers), d_model=d_model, n_heads=n_heads, d_head=d_head,
+        d_mlp=sd["blocks.0.mlp.W_in"].shape[1], d_vocab=d_vocab, n_ctx=sd["pos_embed.W_pos"].shape[0],
+        normalization_type="LN" if "blocks.0.ln1.w" in sd else "LNPre", model_name=name,
+    )
+
+
+def _config_from_tl_cfg(tl_cfg: Any) -> Config:
+    checks = {
+        "positional_embedding_type": "standard", "attn_only": False, "parallel_attn_mlp": False,
+        "final_rms": False, "gated_mlp": False,
+    }
+    for attr, want in checks.items():
+        got = getattr(tl_cfg, attr, want)
+        if got != want:
+            raise CheckpointError(f"transformer-lens model: cfg.{attr}={got!r}, a GPT-2 has {want!r}")
+    if tl_cfg.normalization_type not in ("LN", "LNPre"):
+        raise CheckpointError(f"transformer-lens model: normalization_type={tl_cfg.normalization_type!r}, expected 'LN' or 'LNPre'")
+    return Config(
+        n_layers=tl_cfg.n_layers, d_model=tl_cfg.d_model, n_heads=tl_cfg.n_heads, d_head=tl_cfg.d_head,
+        d_mlp=tl_cfg.d_mlp, d_vocab=tl_cfg.d_vocab, n_ctx=tl_cfg.n_ctx, act_fn=tl_cfg.act_fn,
+        layer_norm_eps=tl_cfg.eps, normalization_type=tl_cfg.normalization_type,
+        model_name=getattr(tl_cfg, "model_name", "custom"),
+    )
+
+
+# ----------------------------------------------------------------------------
+# Hugging Face layout -> ours
+# ----------------------------------------------------------------------------
+def convert_hf_gpt2_state_dict(hf_sd: Mapping[str, Tensor], cfg: Config) -> dict[str, Tensor]:
+    """Rename and reshape a Hugging Face GPT-2 state dict into ours (= transformer-lens').
+
+    GPT-2 stores c_attn, c_proj and c_fc as Conv1D, whose weight is [in, out]: the
+    transpose of nn.Linear's. That is the layout our W matrices use, so they are
+    only split per head, never transposed. c_attn packs q|k|v along the out axis.
+    lm_head is an nn.Linear ([d_vocab, d_model]), so W_U is its transpose.
+    """
+    sd = {k.removeprefix("transformer."): v for k, v in hf_sd.items() if not _HF_BUFFER.search(k)}
+    h, dh, d, dm, V = cfg.n_heads, cfg.d_head, cfg.d_model, cfg.d_mlp, cfg.d_vocab
+    missing: list[str] = []
+    misshaped: list[str] = []
+
+    def take(key: str, shape: tuple[int, ...]) -> Tensor:
+        t = sd.pop(key, None)
+        if t is None:
+            missing.append(key)
+            return torch.zeros(shape)
+        if tuple(t.shape) != shape:
+            misshaped.append(f"{key}: {tuple(t.shape)}, expected {shape}")
+            return torch.zeros(shape)
+        return t
+
+    out: dict[str, Tensor] = {
+        "embed.W_E": take("wte.weight", (V, d)),
+        "pos_embed.W_pos": take("wpe.weight", (cfg.n_ctx, d)),
+    }
+    for L in range(cfg.n_layers):
+        p, q = f"h.{L}.", f"blocks.{L}."
+        out[q + "ln1.w"], out[q + "ln1.b"] = take(p + "ln_1.weight", (d,)), take(p + "ln_1.bias", (d,))
+        W_qkv = take(p + "attn.c_attn.weight", (d, 3 * h * dh))  # [d_model, q|k|v]
+        b_qkv = take(p + "attn.c_attn.bias", (3 * h * dh,))
+        for X, W, b in zip("QKV", W_qkv.split(h * dh, dim=1), b_qkv.split(h * dh)):
+            out[q + f"attn.W_{X}"] = einops.rearrange(W, "d_model (n_heads d_head) -> n_heads d_model d_head", n_heads=h)
+            out[q + f"attn.b_{X}"] = einops.rearrange(b, "(n_heads d_head) -> n_heads d_head", n_heads=h)
+        W_O = take(p + "attn.c_proj.weight", (h * dh, d))
+        out[q + "attn.W_O"] = einops.rearrange(W_O, "(n_heads d_head) d_model -> n_heads d_head d_model", n_heads=h)
+        out[q + "attn.b_O"] = take(p + "attn.c_proj.bias", (d,))
+        out[q + "ln2.w"], out[q + "ln2.b"] = take(p + "ln_2.weight", (d,)), take(p + "ln_2.bias", (d,))
+        out[q + "mlp.W_in"], out[q + "mlp.b_in"] = take(p + "mlp.c_fc.weight", (d, dm)), take(p + "mlp.c_fc.bias", (dm,))
+        out[q + "mlp.W_out"], out[q + "mlp.b_out"] = take(p + "mlp.c_proj.weight", (dm, d)), take(p + "mlp.c_proj.bias", (d,))
+    out["ln_final.w"], out["ln_final.b"] = take("ln_f.weight", (d,)), take("ln_f.bias", (d,))
+    if "lm_head.weight" in sd:
+        out["unembed.W_U"] = take("lm_head.weight", (V, d)).T
+    else:  # GPT-2 ties the unembedding to the embedding; checkpoints often omit lm_head
+        out["unembed.W_U"] = out["embed.W_E"].T
+    out["unembed.b_U"] = torch.zeros(V, dtype=out["embed.W_E"].dtype)
+    _raise_if_bad(cfg.model_name, missing, sorted(sd), misshaped)
+    return {k: v.contiguous() for k, v in out.items()}
+
+
+def convert_to_hf_gpt2_state_dict(model: GPT) -> dict[str, Tensor]:
+    """Our (unprocessed) weights in Hugging Face GPT-2's layout: the inverse of the above."""
+    if model.cfg.normalization_type != "LN":
+        raise ValueError("convert_to_hf_gpt2_state_dict: the model's LayerNorm weights were folded; load it with from_pretrained_no_processing")
+    sd = {k: v.detach() for k, v in model.state_dict().items()}
+    out = {"transformer.wte.weight": sd["embed.W_E"], "transformer.wpe.weight": sd["pos_embed.W_pos"]}
+    for L in range(model.cfg.n_layers):
+        p, q = f"transformer.h.{L}.", f"blocks.{L}."
+        out[p + "ln_1.weight"], out[p + "ln_1.bias"] = sd[q + "ln1.w"], sd[q + "ln1.b"]
+        out[p + "attn.c_attn.weight"] = torch.cat(
+            [einops.rearrange(sd[q + f"attn.W_{X}"], "n_heads d_model d_head -> d_model (n_heads d_head)") for X in "QKV"], dim=1)
+        out[p + "attn.c_attn.bias"] = torch.cat([sd[q + f"attn.b_{X}"].flatten() for X in "QKV"])
+        out[p + "attn.c_proj.weight"] = einops.rearrange(sd[q + "attn.W_O"], "n_heads d_head d_model -> (n_heads d_head) d_model")
+        out[p + "attn.c_proj.bias"] = sd[q + "attn.b_O"]
+        out[p + "ln_2.weight"], out[p + "ln_2.bias"] = sd[q + "ln2.w"], sd[q + "ln2.b"]
+        out[p + "mlp.c_fc.weight"], out[p + "mlp.c_fc.bias"] = sd[q + "mlp.W_in"], sd[q + "mlp.b_in"]
+        out[p + "mlp.c_proj.weight"], out[p + "mlp.c_proj.bias"] = sd[q + "mlp.W_out"], sd[q + "mlp.b_out"]
+    out["transformer.ln_f.weight"], out["transformer.ln_f.bias"] = sd["ln_final.w"], sd["ln_final.b"]
+    out["lm_head.weight"] = sd["unembed.W_U"].T
+    return {k: v.contiguous().clone() for k, v in out.items()}
+
+
+def save_hf_checkpoint(model: GPT, folder: str | os.PathLike) -> Path:
+    """Save as a Hugging Face GPT-2 folder (config.json + model.safetensors) that
+    `transformers.GPT2LMHeadModel.from_pretrained` and `from_pretrained` here both read."""
+    from safetensors.torch import save_file
+
+    cfg = model.cfg
+    if cfg.d_head * cfg.n_heads != cfg.d_model:
+        raise ValueError("save_hf_checkpoint: Hugging Face GPT-2 needs n_heads * d_head == d_model")
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    hf_config = {
+        "model_type": "gpt2", "architectures": ["GPT2LMHeadModel"], "n_layer": cfg.n_layers,
+        "n_embd": cfg.d_model, "n_head": cfg.n_heads, "n_inner": cfg.d_mlp, "vocab_size": cfg.d_vocab,
+        "n_positions": cfg.n_ctx, "n_ctx": cfg.n_ctx, "activation_function": cfg.act_fn,
+        "layer_norm_epsilon": cfg.layer_norm_eps, "initializer_range": cfg.init_range,
+        "bos_token_id": 50256, "eos_token_id": 50256, "tie_word_embeddings": False,
+    }
+    (folder / "config.json").write_text(json.dumps(hf_config, indent=2))
+    save_file(convert_to_hf_gpt2_state_dict(model), str(folder / "model.safetensors"), metadata={"format": "pt"})
+    return folder
+
+
+def _raise_if_bad(name: str, missing: list[str], unexpected: list[str], misshaped: list[str]) -> None:
+    if not (missing or unexpected or misshaped):
+        return
+    lines = [f"checkpoint {name!r} does not fit the model:"]
+    for label, items in (("missing", missing), ("unexpected", unexpected), ("wrong shape", misshaped)):
+        if items:
+            shown = items[:10] + ([f"... ({len(items)} in all)"] if len(items) > 10 else [])
+            lines.append(f"  {label} tensors: " + ", ".join(shown))
+    raise CheckpointError("\n".join(lines))
+
+
+# ----------------------------------------------------------------------------
+# Weight processing (transformer-lens' defaults)
+# ----------------------------------------------------------------------------
+def fold_layer_norm(sd: dict[str, Tensor], cfg: Config, center_weights: bool = True) -> None:
+    """Fold each LayerNorm's weight and bias into the layer that reads its output.
+
+    LN(x) @ W + b_W  ==  LNPre(x) @ (w[:, None] * W) + (b @ W + b_W), so after this the
+    LayerNorms only centre and scale (cfg becomes "LNPre"). With `center_weights` the
+    reading weights are also centred along d_model: LNPre's output has zero mean, so a
+    constant added along that axis changes nothing.
+    """
+    def fold(ln: str, weights: list[tuple[str, str]], d_model_axis: int) -> None:
+        w, b = sd.pop(f"{ln}.w"), sd.pop(f"{ln}.b")
+        shape = [1] * sd[weights[0][0]].ndim
+        shape[d_model_axis] = -1
+        for W_key, b_key in weights:
+            W = sd[W_key]
+            sd[b_key] = sd[b_key] + (W * b.reshape(shape)).sum(d_model_axis)
+            W = W * w.reshape(shape)
+            sd[W_key] = W - W.mean(d_model_axis, keepdim=True) if center_weights else W
+
+    for L in range(cfg.n_layers):
+        q = f"blocks.{L}."
+        fold(q + "ln1", [(q + f"attn.W_{X}", q + f"attn.b_{X}") for X in "QKV"], d_model_axis=1)
+        fold(q + "ln2", [(q + "mlp.W_in", q + "mlp.b_in")], d_model_axis=0)
+    fold("ln_final", [("unembed.W_U", "unembed.b_U")], d_model_axis=0)
+    cfg.normalization_type = "LNPre"
+
+
+def center_writing_weights(sd: dict[str, Tensor], cfg: Config) -> None:
+    """Make everything that writes to the residual stream write mean-zero vectors.
+
+    Every reader of the residual stream starts with a LayerNorm that subtracts the
+    mean, so removing it at the source changes no output.
+    """
+    for key in ["embed.W_E", "pos_embed.W_pos"] + [f"blocks.{L}.{m}" for L in range(cfg.n_layers)
+                                                   for m in ("attn.W_O", "attn.b_O", "mlp.W_out", "mlp.b_out")]:
+        sd[key] = sd[key] - sd[key].mean(-1, keepdim=True)
+
+
+def center_unembed(sd: dict[str, Tensor]) -> None:
+    """Subtract each position's mean logit (softmax is unchanged by a shift)."""
+    sd["unembed.W_U"] = sd["unembed.W_U"] - sd["unembed.W_U"].mean(-1, keepdim=True)
+    sd["unembed.b_U"] = sd["unembed.b_U"] - sd["unembed.b_U"].mean()
+
+
+def fold_value_biases(sd: dict[str, Tensor], cfg: Config) -> None:
+    """Move b_V into b_O: each pattern row sums to 1, so sum_k p_k (v_k + b_V) W_O = ... + b_V W_O."""
+    for L in range(cfg.n_layers):
+        q = f"blocks.{L}.attn."
+        sd[q + "b_O"] = sd[q + "b_O"] + einops.einsum(
+            sd[q + "b_V"], sd[q + "W_O"], "n_heads d_head, n_heads d_head d_model -> d_model")
+        sd[q + "b_V"] = torch.zeros_like(sd[q + "b_V"])
+
+
+# process_weights' flags share these functions' names.
+_center_writing_weights, _center_unembed, _fold_value_biases = center_writing_weights, center_unembed, fold_value_biases
+
+
+def process_weights(
+    sd: dict[str, Tensor],
+    cfg: Config,
+    fold_ln: bool = True,
+    center_writing_weights: bool = True,
+    center_unembed: bool = True,
+    fold_value_biases: bool = True,
+) -> dict[str, Tensor]:
+    """Apply transformer-lens' default processing, in its order, computing in float64."""
+    dtypes = {k: v.dtype for k, v in sd.items()}
+    sd = {k: v.double() for k, v in sd.items()}
+    if fold_ln:
+        if cfg.normalization_type == "LN":
+            fold_layer_norm(sd, cfg)
+        elif cfg.normalization_type != "LNPre":
+            raise ValueError(f"fold_ln: cannot fold normalization_type={cfg.normalization_type!r}")
+    if center_writing_weights:
+        _center_writing_weights(sd, cfg)
+    if center_unembed:
+        _center_unembed(sd)
+    if fold_value_biases:
+        _fold_value_biases(sd, cfg)
+    return {k: v.to(dtypes.get(k, torch.float32)) for k, v in sd.items()}
+
+
+# ----------------------------------------------------------------------------
+# The entry points
+# ----------------------------------------------------------------------------
+def load_source(source: Any, config: Config | None = None) -> tuple[Config, dict[str, Tensor], Path | None]:
+    """Read any supported source into (config, our state dict, folder with tokenizer files or None)."""
+    folder: Path | None = None
+    hf_config: Mapping[str, Any] | None = None
+    name = "custom"
+    if isinstance(source, (str, os.PathLike)):
+        path = Path(source).expanduser()
+        name = str(source)
+        if path.is_dir():
+            folder = path
+            weights, hf_config = _read_folder(path)
+        elif path.is_file():
+            weights = _read_weights_file(path)
+            cfg_path = path.parent / "config.json"
+            hf_config = json.loads(cfg_path.read_text()) if cfg_path.exists() and path.suffix != ".json" else None
+            folder = path.parent
+        elif isinstance(source, str) and not _looks_like_path(source):
+            folder = _download(source)
+            weights, hf_config = _read_folder(folder)
+        else:
+            raise FileNotFoundError(f"source: no file or folder at {str(source)!r}")
+    elif hasattr(source, "config") and hasattr(source, "state_dict") and hasattr(source.config, "to_dict"):
+        hf_config = source.config.to_dict()  # a transformers model
+        name = getattr(source.config, "_name_or_path", None) or "transformers-model"
+        weights = source.state_dict()
+    elif hasattr(source, "cfg") and hasattr(source, "state_dict"):  # a transformer-lens HookedTransformer
+        cfg = _config_from_tl_cfg(source.cfg)
+        return cfg, _tl_state_dict(source.state_dict(), cfg), None
+    elif isinstance(source, Mapping):
+        weights = dict(source)
+    else:
+        raise TypeError(
+            "source: expected a hub id, a path, a transformers GPT-2 model, a transformer-lens model "
+            f"or a state dict; got {type(source).__name__}"
+        )
+
+    if "embed.W_E" in weights:  # already in transformer-lens' layout
+        cfg = config or _config_from_tl_state_dict(weights, name)
+        return cfg, _tl_state_dict(weights, cfg), folder
+    if config is not None:
+        cfg = config
+    elif hf_config is not None:
+        cfg = config_from_hf(hf_config, name)
+    else:
+        cfg = _config_from_hf_tensors(weights, name)
+    cfg.model_name = name if cfg.model_name == "custom" else cfg.model_name
+    return cfg, convert_hf_gpt2_state_dict(weights, cfg), folder
+
+
+def _tl_state_dict(sd: Mapping[str, Tensor], cfg: Config) -> dict[str, Tensor]:
+    """Check a transformer-lens layout state dict against cfg; drop its non-weight buffers."""
+    sd = {k: v for k, v in sd.items() if not re.search(r"\.attn\.(IGNORE|mask)$", k)}
+    expected = _expected_shapes(cfg)
+    missing = sorted(set(expected) - set(sd))
+    unexpected = sorted(set(sd) - set(expected))
+    misshaped = [f"{k}: {tuple(sd[k].shape)}, expected {s}" for k, s in expected.items() if k in sd and tuple(sd[k].shape) != s]
+    _raise_if_bad(cfg.model_name, missing, unexpected, misshaped)
+    return {k: v.detach().clone() for k, v in sd.items()}
+
+
+def _expected_shapes(cfg: Config) -> dict[str, tuple[int, ...]]:
+    with torch.device("meta"):
+        return {k: tuple(v.shape) for k, v in GPT(cfg).named_parameters()}
+
+
+def from_pretrained(
+    source: Any,
+    *,
+    fold_ln: bool = True,
+    center_writing_weights: bool = True,
+    center_unembed: bool = True,
+    fold_value_biases: bool = True,
+    dtype: torch.dtype = torch.float32,
+    device: str | torch.device | None = None,
+    config: Config | None = None,
+    tokenizer: Any = "auto",
+) -> GPT:
+    """Load a GPT-2 checkpoint, processed like transformer-lens' `from_pretrained` by default.
+
+    `center_unembed` shifts every logit of a row by the same amount: compare processed
+    models by log-probs. `tokenizer="auto"` attaches the checkpoint's own tokenizer files
+    if it has them, else GPT-2's BPE (for a 50,257-token vocabulary); pass a `Tokenizer`
+    or None to choose.
+
+    Example:
+        >>> model = from_pretrained("gpt2")                       # hub (or its cache)
+        >>> model = from_pretrained("./ckpt", fold_ln=False)      # local folder
+    """
+    cfg, sd, folder = load_source(source, config)
+    sd = process_weights(sd, cfg, fold_ln, center_writing_weights, center_unembed, fold_value_biases)
+    with torch.device("meta"):
+        model = GPT(cfg)
+    expected = dict(model.named_parameters())
+    _raise_if_bad(cfg.model_name, sorted(set(expected) - set(sd)), sorted(set(sd) - set(expected)), [])
+    model.load_state_dict(sd, strict=False, assign=True)
+    # Buffers were created on the meta device: rebuild them for real.
+    for block in model.blocks:
+        block.attn.IGNORE = torch.tensor(float("-inf"))
+        block.attn.mask = torch.empty((0, 0), dtype=torch.bool)
+    model = model.to(dtype=dtype, device=device)
+    model.tokenizer = _auto_tokenizer(cfg, folder) if isinstance(tokenizer, str) and tokenizer == "auto" else tokenizer
+    return model.eval()
+
+
+def from_pretrained_no_processing(source: Any, **kwargs: Any) -> GPT:
+    """Load a GPT-2 checkpoint with its weights exactly as stored."""
+    flags = dict(fold_ln=False, center_writing_weights=False, center_unembed=False, fold_value_biases=False)
+    return from_pretrained(source, **{**flags, **kwargs})
+
+
+def _auto_tokenizer(cfg: Config, folder: Path | None) -> Any:
+    from .tokenizer import gpt2_tokenizer
+
+    has_files = folder is not None and (
+        (folder / "tokenizer.json").exists() or (folder / "vocab.json").exists() or (folder / "encoder.json").exists()
+    )
+    if not has_files and cfg.d_vocab != 50257:
+        return None
+    try:
+        return gpt2_tokenizer(folder if has_files else None)
+    except OSError as e:
+        warnings.warn(f"no tokenizer attached ({e}); the model still takes token ids", stacklevel=3)
+        return None

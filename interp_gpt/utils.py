@@ -1,0 +1,61 @@
+"""Small helpers shared across the package, named as in transformer-lens."""
+
+from __future__ import annotations
+
+import re
+
+# Short names people type, mapped to the hook names they mean.
+_ACT_ALIASES = {
+    "attn": "pattern",
+    "attn_logits": "attn_scores",
+    "key": "k",
+    "query": "q",
+    "value": "v",
+    "mlp_pre": "pre",
+    "mlp_post": "post",
+}
+_LAYER_TYPE_ALIASES = {"a": "attn", "m": "mlp", "b": "", "block": "", "blocks": "", "attention": "attn"}
+_ATTN_ACTS = {"q", "k", "v", "z", "result", "pattern", "attn_scores", "q_input", "k_input", "v_input"}
+_MLP_ACTS = {"pre", "post"}
+_LN_ACTS = {"scale", "normalized"}
+
+
+def get_act_name(name: str, layer: int | None = None, layer_type: str | None = None) -> str:
+    """The full hook name for a short activation name, as transformer-lens spells it.
+
+    Examples:
+        >>> get_act_name("k", 6)
+        'blocks.6.attn.hook_k'
+        >>> get_act_name("scale", 2, "ln1")
+        'blocks.2.ln1.hook_scale'
+        >>> get_act_name("resid_post", 0)
+        'blocks.0.hook_resid_post'
+        >>> get_act_name("pre5")
+        'blocks.5.mlp.hook_pre'
+        >>> get_act_name("scale")
+        'ln_final.hook_scale'
+    """
+    if not isinstance(name, str):
+        raise TypeError(f"get_act_name: name must be a str, got {type(name).__name__}")
+    if ("." in name or name.startswith("hook_")) and layer is None and layer_type is None:
+        return name  # already a full name
+    packed = re.fullmatch(r"([a-z_]+?)(\d+)([a-z0-9_]*)", name)
+    if packed and layer is None:  # "pre5", "scale4ln1", "k6a"
+        name, layer, layer_type = packed.group(1), int(packed.group(2)), packed.group(3) or None
+    name = _ACT_ALIASES.get(name, name)
+    if name in _ATTN_ACTS:
+        layer_type = "attn"
+    elif name in _MLP_ACTS:
+        layer_type = "mlp"
+    elif layer_type in _LAYER_TYPE_ALIASES:
+        layer_type = _LAYER_TYPE_ALIASES[layer_type]
+    parts = []
+    if layer is not None:
+        parts.append(f"blocks.{layer}")
+    if layer_type:
+        parts.append(layer_type)
+    parts.append(f"hook_{name}")
+    full = ".".join(parts)
+    if name in _LN_ACTS and layer is None:
+        full = f"ln_final.{full}"
+    return full
