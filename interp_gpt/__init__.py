@@ -8,9 +8,22 @@ Example:
 """
 
 from .cache import ActivationCache
+from .compare import (
+    ComparisonReport,
+    compare,
+    compare_with_huggingface,
+    compare_with_transformer_lens,
+    to_transformer_lens,
+    to_transformers,
+)
 from .config import PRESETS, Config, preset
 from .hooks import HookedModule, HookPoint
-from .loading import CheckpointError, from_pretrained, from_pretrained_no_processing, save_hf_checkpoint
+from .loading import (
+    CheckpointError,
+    from_pretrained,
+    from_pretrained_no_processing,
+    save_hf_checkpoint,
+)
 from .model import GPT
 from .utils import get_act_name
 
@@ -27,5 +40,11 @@ __all__ = [
     "from_pretrained_no_processing",
     "save_hf_checkpoint",
     "get_act_name",
+    "compare",
+    "compare_with_transformer_lens",
+    "compare_with_huggingface",
+    "to_transformer_lens",
+    "to_transformers",
+    "ComparisonReport",
 ]
 __version__ = "0.1.0"

@@ -30,8 +30,8 @@ class ActivationCache(Mapping[str, Tensor]):
         self.has_batch_dim = has_batch_dim
 
     def _key(self, key: str | tuple) -> str:
-        if isinstance(key, str):
-            return key
+        if isinstance(key, str):  # a full name, else a short one ("embed", "pre1", "scale")
+            return key if key in self.cache_dict else get_act_name(key)
         if isinstance(key, tuple) and key and isinstance(key[0], str):
             name, *rest = key
             layer = rest[0] if rest else None

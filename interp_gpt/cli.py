@@ -65,7 +65,7 @@ def _resolve_model(name: str) -> Any:
 def _cmd_compare(args: argparse.Namespace) -> int:
     import torch
 
-    from . import compare as cmp
+    from .compare import compare, to_transformer_lens, to_transformers
     from .loading import from_pretrained, from_pretrained_no_processing
 
     source = _resolve_model(args.model)
@@ -85,10 +85,10 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     if unknown:
         raise SystemExit(f"error: --against takes tl and/or hf, got {','.join(unknown)}")
     if "tl" in against:
-        reports.append(cmp.compare(ours, cmp.to_transformer_lens(source, processed), tokens))
+        reports.append(compare(ours, to_transformer_lens(source, processed), tokens))
     if "hf" in against:
         hf_ours = ours if not processed else from_pretrained_no_processing(source, tokenizer=None)
-        reports.append(cmp.compare(hf_ours, cmp.to_transformers(source), tokens))
+        reports.append(compare(hf_ours, to_transformers(source), tokens))
     for r in reports:
         print(json.dumps(r.to_dict(), indent=1) if args.json else r.table(per_layer=args.per_layer))
         print()

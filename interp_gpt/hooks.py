@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import difflib
 import re
+import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -136,6 +137,8 @@ class HookedModule(nn.Module):
             if isinstance(module, HookPoint):
                 module.name = name
                 self.hook_dict[name] = module
+        # Every hook point, including any a subclass hides from hook_dict, for reset_hooks.
+        self._all_hook_points = list(self.hook_dict.values())
         self._hook_names = list(self.hook_dict)
 
     # ----- name resolution -------------------------------------------------
@@ -196,7 +199,7 @@ class HookedModule(nn.Module):
 
     def reset_hooks(self, including_permanent: bool = False) -> None:
         """Remove every hook (permanent ones too if `including_permanent`)."""
-        for hp in self.hook_dict.values():
+        for hp in self._all_hook_points:
             hp.remove_hooks("both", including_permanent=including_permanent)
 
     @contextmanager
@@ -242,6 +245,12 @@ class HookedModule(nn.Module):
             ...     z[:, :, 3] = 0.0
             >>> logits = model.run_with_hooks("Hello", fwd_hooks=[("blocks.1.attn.hook_z", zero_head_3)])
         """
+        if bwd_hooks and reset_hooks_end:
+            warnings.warn(
+                "run_with_hooks: backward hooks are removed when the call returns, before any "
+                ".backward(); pass reset_hooks_end=False or use `with model.hooks(...)`",
+                stacklevel=2,
+            )
         with self.hooks(fwd_hooks, bwd_hooks, reset_hooks_end):
             return self(*model_args, **model_kwargs)
 

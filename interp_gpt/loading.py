@@ -13,6 +13,7 @@ Nothing here unpickles arbitrary code: `.bin` files load with `torch.load(weight
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -128,9 +129,17 @@ def config_from_hf(hf: Mapping[str, Any], name: str = "custom") -> Config:
             f"config.json: model_type={model_type!r}, architectures={archs}: not a GPT-2 checkpoint "
             "(interp_gpt loads model_type 'gpt2' only)"
         )
+    # Variants of GPT-2's attention we do not implement: refuse rather than compute wrongly.
+    for key, plain in (("scale_attn_by_inverse_layer_idx", False), ("scale_attn_weights", True)):
+        if bool(hf.get(key, plain)) != plain:
+            raise CheckpointError(
+                f"config.json: {key}={hf[key]!r} is not supported (GPT-2 uses {plain}); "
+                "its attention scaling differs from GPT-2's"
+            )
     try:
         d_model, n_heads = int(hf["n_embd"]), int(hf["n_head"])
         act = hf.get("activation_function", "gelu_new")
+        act = "gelu_new" if act == "gelu_pytorch_tanh" else act  # the same function
         return Config(
             n_layers=int(hf["n_layer"]),
             d_model=d_model,
@@ -165,6 +174,8 @@ def _config_from_hf_tensors(sd: Mapping[str, Tensor], name: str) -> Config:
 
 
 def _config_from_tl_state_dict(sd: Mapping[str, Tensor], name: str) -> Config:
+    needed = ["embed.W_E", "pos_embed.W_pos", "blocks.0.attn.W_Q", "blocks.0.mlp.W_in"]
+    _raise_if_bad(name, [k for k in needed if k not in sd], [], [])
     d_vocab, d_model = sd["embed.W_E"].shape
     n_heads, _, d_head = sd["blocks.0.attn.W_Q"].shape
     layers = {int(m.group(1)) for k in sd if (m := re.match(r"blocks\.(\d+)\.", k))}
@@ -229,7 +240,7 @@ def convert_hf_gpt2_state_dict(hf_sd: Mapping[str, Tensor], cfg: Config) -> dict
         out[q + "ln1.w"], out[q + "ln1.b"] = take(p + "ln_1.weight", (d,)), take(p + "ln_1.bias", (d,))
         W_qkv = take(p + "attn.c_attn.weight", (d, 3 * h * dh))  # [d_model, q|k|v]
         b_qkv = take(p + "attn.c_attn.bias", (3 * h * dh,))
-        for X, W, b in zip("QKV", W_qkv.split(h * dh, dim=1), b_qkv.split(h * dh)):
+        for X, W, b in zip("QKV", W_qkv.split(h * dh, dim=1), b_qkv.split(h * dh), strict=True):
             out[q + f"attn.W_{X}"] = einops.rearrange(W, "d_model (n_heads d_head) -> n_heads d_model d_head", n_heads=h)
             out[q + f"attn.b_{X}"] = einops.rearrange(b, "(n_heads d_head) -> n_heads d_head", n_heads=h)
         W_O = take(p + "attn.c_proj.weight", (h * dh, d))
@@ -253,6 +264,12 @@ def convert_to_hf_gpt2_state_dict(model: GPT) -> dict[str, Tensor]:
     if model.cfg.normalization_type != "LN":
         raise ValueError("convert_to_hf_gpt2_state_dict: the model's LayerNorm weights were folded; load it with from_pretrained_no_processing")
     sd = {k: v.detach() for k, v in model.state_dict().items()}
+    b_U = sd["unembed.b_U"]
+    if not bool((b_U == b_U[0]).all()):
+        raise ValueError(
+            "convert_to_hf_gpt2_state_dict: unembed.b_U is not constant, and Hugging Face's GPT-2 "
+            "lm_head has no bias: saving would change the logits"
+        )
     out = {"transformer.wte.weight": sd["embed.W_E"], "transformer.wpe.weight": sd["pos_embed.W_pos"]}
     for L in range(model.cfg.n_layers):
         p, q = f"transformer.h.{L}.", f"blocks.{L}."
@@ -427,10 +444,10 @@ def load_source(source: Any, config: Config | None = None) -> tuple[Config, dict
         )
 
     if "embed.W_E" in weights:  # already in transformer-lens' layout
-        cfg = config or _config_from_tl_state_dict(weights, name)
+        cfg = dataclasses.replace(config) if config else _config_from_tl_state_dict(weights, name)
         return cfg, _tl_state_dict(weights, cfg), folder
     if config is not None:
-        cfg = config
+        cfg = dataclasses.replace(config)  # processing edits cfg; never the caller's
     elif hf_config is not None:
         cfg = config_from_hf(hf_config, name)
     else:

@@ -67,7 +67,8 @@ class PosEmbed(nn.Module):
     ) -> Float[Tensor, "batch posn d_model"]:
         batch, posn = tokens.shape
         if attention_mask is None:
-            return self.W_pos[past_len : past_len + posn].expand(batch, posn, -1)
+            # A copy, not a view: a hook editing it in place must not touch W_pos.
+            return self.W_pos[past_len : past_len + posn].expand(batch, posn, -1).clone()
         # With padding, a prompt's first real token is position 0 wherever it sits;
         # padding positions get a zero embedding (as transformer-lens does).
         positions = (attention_mask.cumsum(dim=1) - 1).clamp(min=0)[:, past_len:]
@@ -322,10 +323,12 @@ class GPT(HookedModule):
     # ----- hooks -----------------------------------------------------------
     def setup_hooks(self) -> None:
         super().setup_hooks()
+        all_points = self._all_hook_points
         for name in list(self.hook_dict):
             flag = _opt_in_flag(name)
             if flag and not getattr(self.cfg, flag):
                 del self.hook_dict[name]
+        self._all_hook_points = all_points
         self._hook_names = list(self.hook_dict)
 
     def _unknown_hook_error(self, name: str) -> KeyError:

@@ -145,7 +145,7 @@ def test_matches_hf_on_corpus_lines(tok: Tokenizer, hf_tok, name: str) -> None:
     assert len(lines) >= 1900
     ours = [tok.encode(line) for line in lines]
     theirs = hf_tok(lines, add_special_tokens=False)["input_ids"]
-    mismatches = [(line, a, b) for line, a, b in zip(lines, ours, theirs) if a != b]
+    mismatches = [(line, a, b) for line, a, b in zip(lines, ours, theirs, strict=False) if a != b]
     assert not mismatches, mismatches[:3]
     # the lines joined, so tokens that span line ends are compared too
     joined = "".join(lines[:500])
@@ -178,7 +178,7 @@ def test_to_tokens_pads_on_the_right(tok: Tokenizer) -> None:
     lengths = [len(tok.encode(p)) + 1 for p in prompts]
     tokens, mask = tok.to_tokens(prompts)
     assert tokens.shape == mask.shape == (3, max(lengths))
-    for i, (p, n) in enumerate(zip(prompts, lengths)):
+    for i, (p, n) in enumerate(zip(prompts, lengths, strict=False)):
         assert tokens[i, :n].tolist() == [EOT] + tok.encode(p)
         assert (tokens[i, n:] == tok.pad_token_id).all()
         assert mask[i].tolist() == [1] * n + [0] * (tokens.shape[1] - n)

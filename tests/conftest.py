@@ -1,0 +1,102 @@
+"""Shared fixtures. Test data lives outside the repo, in ../shared/data (see its README)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+# Tests never reach the network: huggingface_hub reads this once, at import.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import pytest
+
+# The project's shared data folder: ../shared/data relative to the repo root.
+SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+
+
+@pytest.fixture(scope="session")
+def gpt2_vocab_dir() -> Path:
+    """The folder holding GPT-2's encoder.json and vocab.bpe; skips the test if absent."""
+    folder = SHARED_DATA / "gpt2-tokenizer"
+    if not ((folder / "encoder.json").is_file() and (folder / "vocab.bpe").is_file()):
+        pytest.skip(f"GPT-2 vocabulary files not found in {folder} (the shared data folder)")
+    return folder
+
+
+# ----------------------------------------------------------------------------
+# Tiny models for the model / hooks / loading tests
+# ----------------------------------------------------------------------------
+import torch  # noqa: E402
+
+from interp_gpt import GPT, Config  # noqa: E402
+
+# The shape every fast test uses: 2 layers, d_model 64, 4 heads of 16, a 100-token vocabulary.
+TINY = dict(n_layers=2, d_model=64, n_heads=4, d_vocab=100, n_ctx=32)
+
+
+@pytest.fixture
+def tiny_cfg() -> Config:
+    """A fresh 2-layer, 64-wide config (fresh per test: some tests flip its flags)."""
+    return Config(**TINY)
+
+
+@pytest.fixture
+def tiny_model(tiny_cfg: Config) -> GPT:
+    """A tiny GPT with seeded random weights and non-trivial biases / LayerNorm weights.
+
+    `init_weights` leaves biases at 0 and LayerNorm weights at 1; we add seeded noise so
+    that every term of the forward pass (and every fold in weight processing) matters.
+    """
+    model = GPT(tiny_cfg)
+    model.init_weights(seed=0)
+    gen = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if not name.split(".")[-1].startswith("W_"):
+                p.add_(0.1 * torch.randn(p.shape, generator=gen))
+    return model.eval()
+
+
+@pytest.fixture
+def tiny_tokens() -> torch.Tensor:
+    """A [2, 7] batch of token ids for the tiny vocabulary."""
+    return torch.randint(0, TINY["d_vocab"], (2, 7), generator=torch.Generator().manual_seed(2))
+
+
+def make_hf_gpt2(n_head: int = 4, n_embd: int = 64, seed: int = 0):  # type: ignore[no-untyped-def]
+    """A random 2-layer `transformers.GPT2LMHeadModel` whose LayerNorm weights and every bias
+    are perturbed away from their (1, 0) init, so that fold_ln & co. have work to do."""
+    transformers = pytest.importorskip("transformers")
+    hf_cfg = transformers.GPT2Config(
+        n_layer=2, n_head=n_head, n_embd=n_embd, n_positions=32, n_ctx=32, vocab_size=100,
+        bos_token_id=0, eos_token_id=0,  # GPT-2's 50256 is outside a 100-token vocabulary
+    )
+    hf_cfg._attn_implementation = "eager"
+    torch.manual_seed(seed)
+    model = transformers.GPT2LMHeadModel(hf_cfg)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith(".bias") or ".ln_" in name:
+                p.add_(0.1 * torch.randn_like(p))
+    return model.eval()
+
+
+@pytest.fixture(scope="session")
+def hf_model():  # type: ignore[no-untyped-def]
+    """The random HF GPT-2 that `hf_checkpoint_dir` holds (do not modify it in a test)."""
+    return make_hf_gpt2()
+
+
+@pytest.fixture(scope="session")
+def hf_checkpoint_dir(hf_model, tmp_path_factory: pytest.TempPathFactory) -> Path:  # type: ignore[no-untyped-def]
+    """A Hugging Face GPT-2 folder (config.json + model.safetensors) from `save_pretrained`."""
+    folder = tmp_path_factory.mktemp("hf_gpt2")
+    hf_model.save_pretrained(folder)
+    assert (folder / "model.safetensors").is_file() and (folder / "config.json").is_file()
+    return folder
+
+
+@pytest.fixture(scope="session")
+def hf_gpt2_factory():  # type: ignore[no-untyped-def]
+    """`make_hf_gpt2` as a fixture, for tests that need another random HF GPT-2 shape."""
+    return make_hf_gpt2

@@ -1,0 +1,450 @@
+"""Loading GPT-2 checkpoints from every source, weight processing, and bad checkpoints.
+
+The references are a random Hugging Face GPT2LMHeadModel (see conftest.py) and
+transformer-lens' HookedTransformer built from it offline.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+
+from interp_gpt import (
+    GPT,
+    CheckpointError,
+    Config,
+    from_pretrained,
+    from_pretrained_no_processing,
+    save_hf_checkpoint,
+)
+
+transformers = pytest.importorskip("transformers")
+safetensors_torch = pytest.importorskip("safetensors.torch")
+
+pytestmark = pytest.mark.parity
+
+TINY = dict(n_layers=2, d_model=64, n_heads=4, d_vocab=100, n_ctx=32)  # conftest's tiny shape
+
+TOKENS = torch.randint(0, 100, (2, 9), generator=torch.Generator().manual_seed(5))
+
+
+def hf_logits(hf_model, tokens: torch.Tensor = TOKENS) -> torch.Tensor:
+    with torch.no_grad():
+        return hf_model(tokens).logits
+
+
+def logits(model, tokens: torch.Tensor = TOKENS) -> torch.Tensor:
+    with torch.no_grad():
+        return model(tokens)
+
+
+def assert_same_log_probs(a: torch.Tensor, b: torch.Tensor, atol: float = 1e-4) -> None:
+    torch.testing.assert_close(a.log_softmax(-1), b.log_softmax(-1), atol=atol, rtol=0)
+
+
+# ----------------------------------------------------------------------------
+# transformer-lens models, built offline from the HF model
+# ----------------------------------------------------------------------------
+def _tl_config(hf_model):  # type: ignore[no-untyped-def]
+    tl = pytest.importorskip("transformer_lens")
+    c = hf_model.config
+    return tl.HookedTransformerConfig(
+        n_layers=c.n_layer, d_model=c.n_embd, n_ctx=c.n_positions, d_head=c.n_embd // c.n_head,
+        n_heads=c.n_head, d_mlp=4 * c.n_embd, d_vocab=c.vocab_size, act_fn="gelu_new",
+        normalization_type="LN", eps=c.layer_norm_epsilon, original_architecture="GPT2LMHeadModel",
+    )
+
+
+def make_tl_model(hf_model, processed: bool):  # type: ignore[no-untyped-def]
+    from transformer_lens import HookedTransformer
+    from transformer_lens.pretrained.weight_conversions import convert_gpt2_weights
+
+    cfg = _tl_config(hf_model)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # HookedTransformer is deprecated in 3.9
+        model = HookedTransformer(cfg)
+    flags = dict(fold_ln=processed, center_writing_weights=processed, center_unembed=processed,
+                 fold_value_biases=processed)
+    model.load_and_process_state_dict(convert_gpt2_weights(hf_model, cfg), **flags)
+    return model.eval()
+
+
+@pytest.fixture(scope="module")
+def tl_model(hf_model):  # type: ignore[no-untyped-def]
+    return make_tl_model(hf_model, processed=False)
+
+
+@pytest.fixture(scope="module")
+def tl_processed(hf_model):  # type: ignore[no-untyped-def]
+    return make_tl_model(hf_model, processed=True)
+
+
+# ----------------------------------------------------------------------------
+# Against Hugging Face
+# ----------------------------------------------------------------------------
+def test_unprocessed_load_gives_hf_logits(hf_checkpoint_dir, hf_model):
+    model = from_pretrained_no_processing(hf_checkpoint_dir)
+    assert model.cfg.normalization_type == "LN"
+    assert (model.cfg.n_layers, model.cfg.d_model, model.cfg.n_heads, model.cfg.d_vocab, model.cfg.n_ctx) == (
+        2, 64, 4, 100, 32)
+    torch.testing.assert_close(logits(model), hf_logits(hf_model), atol=1e-4, rtol=0)
+
+
+def test_processed_load_gives_hf_log_probs(hf_checkpoint_dir, hf_model):
+    model = from_pretrained(hf_checkpoint_dir)
+    assert_same_log_probs(logits(model), hf_logits(hf_model))
+
+
+def test_processed_weights_have_the_documented_properties(hf_checkpoint_dir):
+    model = from_pretrained(hf_checkpoint_dir)
+    sd = model.state_dict()
+    assert model.cfg.normalization_type == "LNPre"
+    assert not any(k.endswith((".w", ".b")) and ("ln" in k) for k in sd), "LayerNorm weights survived fold_ln"
+
+    def centred(t: torch.Tensor, dim: int) -> bool:
+        return bool(t.mean(dim).abs().max() < 1e-6)
+
+    assert centred(model.W_E, -1) and centred(model.W_pos, -1)  # along d_model
+    assert centred(model.W_O, -1) and centred(model.W_out, -1) and centred(model.b_O, -1)
+    assert centred(model.W_U, -1)  # along the vocabulary
+    assert centred(model.W_Q, -2) and centred(model.W_in, -2)  # fold_ln centres the reading weights
+    assert (model.b_V == 0).all()
+    assert not (model.b_O == 0).all()  # b_V went into b_O
+
+
+@pytest.mark.parametrize("flag", ["fold_ln", "center_writing_weights", "center_unembed", "fold_value_biases"])
+def test_each_processing_flag_alone_keeps_log_probs(hf_checkpoint_dir, hf_model, flag):
+    flags = dict(fold_ln=False, center_writing_weights=False, center_unembed=False, fold_value_biases=False)
+    model = from_pretrained(hf_checkpoint_dir, **{**flags, flag: True})
+    raw = from_pretrained_no_processing(hf_checkpoint_dir)
+    assert any(not torch.equal(a, raw.state_dict()[k]) for k, a in model.state_dict().items() if k in raw.state_dict())
+    assert_same_log_probs(logits(model), hf_logits(hf_model))
+
+
+def test_processing_leaves_the_residual_stream_decomposition_intact(hf_checkpoint_dir, hf_model):
+    # Processing changes weights, not what the LayerNorms see after centring: hook_scale agrees.
+    raw = from_pretrained_no_processing(hf_checkpoint_dir)
+    processed = from_pretrained(hf_checkpoint_dir)
+    _, a = raw.run_with_cache(TOKENS)
+    _, b = processed.run_with_cache(TOKENS)
+    for name in ["blocks.0.ln1.hook_scale", "blocks.1.ln2.hook_scale", "ln_final.hook_scale",
+                 "blocks.1.attn.hook_pattern"]:
+        torch.testing.assert_close(a[name], b[name], atol=1e-4, rtol=1e-4)
+
+
+# ----------------------------------------------------------------------------
+# Sources
+# ----------------------------------------------------------------------------
+def test_folder_with_pytorch_model_bin(hf_checkpoint_dir, hf_model, tmp_path):
+    shutil.copy(hf_checkpoint_dir / "config.json", tmp_path / "config.json")
+    torch.save(hf_model.state_dict(), tmp_path / "pytorch_model.bin")
+    model = from_pretrained_no_processing(tmp_path)
+    torch.testing.assert_close(logits(model), hf_logits(hf_model), atol=1e-4, rtol=0)
+
+
+def test_old_style_bin_with_unprefixed_keys_and_attn_buffers(hf_checkpoint_dir, hf_model, tmp_path):
+    # OpenAI's gpt2 pytorch_model.bin: no "transformer." prefix, no lm_head, causal-mask buffers.
+    shutil.copy(hf_checkpoint_dir / "config.json", tmp_path / "config.json")
+    sd = {k.removeprefix("transformer."): v for k, v in hf_model.state_dict().items() if k != "lm_head.weight"}
+    for L in range(2):
+        sd[f"h.{L}.attn.bias"] = torch.ones(1, 1, 32, 32).tril()
+        sd[f"h.{L}.attn.masked_bias"] = torch.tensor(-1e4)
+    torch.save(sd, tmp_path / "pytorch_model.bin")
+    model = from_pretrained_no_processing(tmp_path)
+    torch.testing.assert_close(logits(model), hf_logits(hf_model), atol=1e-4, rtol=0)
+
+
+def test_folder_with_sharded_safetensors(hf_model, tmp_path):
+    hf_model.save_pretrained(tmp_path, max_shard_size="40KB")
+    assert (tmp_path / "model.safetensors.index.json").is_file() and not (tmp_path / "model.safetensors").exists()
+    model = from_pretrained_no_processing(tmp_path)
+    torch.testing.assert_close(logits(model), hf_logits(hf_model), atol=1e-4, rtol=0)
+
+
+def test_single_safetensors_file_with_config_beside_it(hf_checkpoint_dir, hf_model):
+    model = from_pretrained_no_processing(hf_checkpoint_dir / "model.safetensors")
+    assert model.cfg.n_heads == 4  # read from config.json, not guessed
+    torch.testing.assert_close(logits(model), hf_logits(hf_model), atol=1e-4, rtol=0)
+
+
+def test_bare_weights_file_without_config_infers_it(tmp_path, hf_gpt2_factory):
+    # Without config.json n_heads is inferred from GPT-2's d_head of 64: use a 64-wide, 1-head model.
+    hf = hf_gpt2_factory(n_head=1, n_embd=64, seed=7)
+    path = tmp_path / "weights.safetensors"
+    safetensors_torch.save_file({k: v.contiguous() for k, v in hf.state_dict().items() if k != "lm_head.weight"},
+                                str(path))
+    model = from_pretrained_no_processing(path)
+    assert (model.cfg.n_layers, model.cfg.d_model, model.cfg.n_heads, model.cfg.d_vocab, model.cfg.n_ctx) == (
+        2, 64, 1, 100, 32)
+    torch.testing.assert_close(logits(model), hf_logits(hf), atol=1e-4, rtol=0)
+
+
+def test_bare_pt_file_without_config(tmp_path, hf_gpt2_factory):
+    hf = hf_gpt2_factory(n_head=1, n_embd=64, seed=8)
+    torch.save(hf.state_dict(), tmp_path / "gpt2.pt")
+    model = from_pretrained_no_processing(tmp_path / "gpt2.pt")
+    torch.testing.assert_close(logits(model), hf_logits(hf), atol=1e-4, rtol=0)
+
+
+def test_transformers_model_object(hf_model):
+    model = from_pretrained_no_processing(hf_model)
+    torch.testing.assert_close(logits(model), hf_logits(hf_model), atol=1e-4, rtol=0)
+    assert_same_log_probs(logits(from_pretrained(hf_model)), hf_logits(hf_model))
+
+
+def test_transformers_base_model_without_lm_head_uses_tied_unembedding(hf_model):
+    model = from_pretrained_no_processing(hf_model.transformer)  # a GPT2Model
+    torch.testing.assert_close(logits(model), hf_logits(hf_model), atol=1e-4, rtol=0)
+
+
+def test_our_state_dict_is_a_source(tiny_model):
+    model = from_pretrained_no_processing(tiny_model.state_dict())
+    assert model.cfg.n_heads == 4 and model.cfg.d_head == 16
+    torch.testing.assert_close(logits(model), logits(tiny_model), atol=1e-6, rtol=0)
+    assert_same_log_probs(logits(from_pretrained(tiny_model.state_dict())), logits(tiny_model), atol=1e-5)
+
+
+def test_transformer_lens_model_object(tl_model, hf_model):
+    model = from_pretrained_no_processing(tl_model)
+    torch.testing.assert_close(logits(model), logits(tl_model), atol=1e-5, rtol=0)
+    torch.testing.assert_close(logits(model), hf_logits(hf_model), atol=1e-4, rtol=0)
+
+
+def test_processed_transformer_lens_model_and_state_dict(tl_processed, hf_model):
+    for source in (tl_processed, tl_processed.state_dict()):
+        model = from_pretrained_no_processing(source)
+        assert model.cfg.normalization_type == "LNPre"
+        torch.testing.assert_close(logits(model), logits(tl_processed), atol=1e-5, rtol=0)
+        assert_same_log_probs(logits(model), hf_logits(hf_model))
+        # Processing an already processed model again changes nothing.
+        torch.testing.assert_close(logits(from_pretrained(source)), logits(tl_processed), atol=1e-5, rtol=0)
+
+
+def test_processed_load_matches_transformer_lens_processed_weights(hf_checkpoint_dir, tl_processed):
+    ours = from_pretrained(hf_checkpoint_dir).state_dict()
+    theirs = {k: v for k, v in tl_processed.state_dict().items() if not k.endswith((".IGNORE", ".mask"))}
+    assert set(theirs) == {k for k in ours if not k.endswith((".IGNORE", ".mask"))}
+    for k, v in theirs.items():
+        torch.testing.assert_close(ours[k], v, atol=1e-5, rtol=1e-4, msg=k)
+
+
+def test_every_hook_matches_transformer_lens(hf_checkpoint_dir, tl_model):
+    ours = from_pretrained_no_processing(hf_checkpoint_dir)
+    _, a = ours.run_with_cache(TOKENS)
+    _, b = tl_model.run_with_cache(TOKENS)
+    common = set(a) & set(b)
+    assert set(a) - common == set()  # every hook of ours is a transformer-lens hook
+    for name in common:
+        x, y = a[name], b[name]
+        assert x.shape == y.shape, name
+        if name.endswith("hook_attn_scores"):  # -inf above the diagonal in both
+            assert torch.equal(torch.isneginf(x), torch.isneginf(y)), name
+            x, y = x.masked_fill(torch.isneginf(x), 0), y.masked_fill(torch.isneginf(y), 0)
+        torch.testing.assert_close(x, y, atol=1e-4, rtol=1e-4, msg=name)
+
+
+def test_dtype_float64_gives_float64_parameters(hf_checkpoint_dir, hf_model):
+    model = from_pretrained(hf_checkpoint_dir, dtype=torch.float64)
+    assert {p.dtype for p in model.parameters()} == {torch.float64}
+    out = logits(model)
+    assert out.dtype == torch.float64
+    assert_same_log_probs(out.float(), hf_logits(hf_model))
+
+
+def test_config_argument_is_used_and_not_mutated(hf_checkpoint_dir, hf_model):
+    cfg = Config(**TINY)
+    model = from_pretrained(hf_checkpoint_dir / "model.safetensors", config=cfg)
+    assert model.cfg.normalization_type == "LNPre"
+    assert_same_log_probs(logits(model), hf_logits(hf_model))
+    # The caller's Config must still describe an unprocessed model (GPT(cfg) is reused often).
+    assert cfg.normalization_type == "LN" and cfg.model_name == "custom"
+
+
+@pytest.mark.parametrize("field, value", [("scale_attn_by_inverse_layer_idx", True), ("scale_attn_weights", False)])
+def test_gpt2_config_with_other_attention_scaling_is_matched_or_refused(field, value):
+    # Some GPT-2-architecture repos (e.g. stanford-crfm's) set these; loading must not give
+    # silently different numbers: either match transformers or raise a CheckpointError naming the field.
+    hf_cfg = transformers.GPT2Config(n_layer=2, n_head=4, n_embd=64, n_positions=32, vocab_size=100,
+                                     bos_token_id=0, eos_token_id=0, **{field: value})
+    hf_cfg._attn_implementation = "eager"
+    torch.manual_seed(0)
+    hf = transformers.GPT2LMHeadModel(hf_cfg).eval()
+    try:
+        model = from_pretrained_no_processing(hf)
+    except CheckpointError as e:
+        assert field in str(e)
+    else:
+        torch.testing.assert_close(logits(model), hf_logits(hf), atol=1e-4, rtol=0)
+
+
+# ----------------------------------------------------------------------------
+# State dicts move both ways between us and transformer-lens
+# ----------------------------------------------------------------------------
+def test_transformer_lens_state_dict_loads_into_ours_strictly(tl_model):
+    ours = GPT(Config(**TINY))
+    ours.load_state_dict(tl_model.state_dict(), strict=True)
+    torch.testing.assert_close(logits(ours), logits(tl_model), atol=1e-5, rtol=0)
+
+
+def test_our_state_dict_loads_into_transformer_lens_strictly(tiny_model, hf_model):
+    theirs = make_tl_model(hf_model, processed=False)
+    theirs.load_state_dict(tiny_model.state_dict(), strict=True)
+    torch.testing.assert_close(logits(theirs), logits(tiny_model), atol=1e-5, rtol=0)
+
+
+def test_processed_state_dicts_move_both_ways(tl_processed, hf_checkpoint_dir, hf_model):
+    ours = from_pretrained(hf_checkpoint_dir)
+    fresh = GPT(Config(**TINY, normalization_type="LNPre"))
+    fresh.load_state_dict(tl_processed.state_dict(), strict=True)
+    torch.testing.assert_close(logits(fresh), logits(tl_processed), atol=1e-5, rtol=0)
+
+    theirs = make_tl_model(hf_model, processed=True)
+    theirs.load_state_dict(ours.state_dict(), strict=True)
+    torch.testing.assert_close(logits(theirs), logits(ours), atol=1e-5, rtol=0)
+
+
+# ----------------------------------------------------------------------------
+# Saving
+# ----------------------------------------------------------------------------
+def test_save_hf_checkpoint_round_trips_through_transformers(tiny_model, tmp_path):
+    with torch.no_grad():
+        tiny_model.unembed.b_U.zero_()  # HF GPT-2's lm_head has no bias (see the next test)
+    save_hf_checkpoint(tiny_model, tmp_path / "ckpt")
+    hf = transformers.GPT2LMHeadModel.from_pretrained(tmp_path / "ckpt").eval()
+    torch.testing.assert_close(hf_logits(hf), logits(tiny_model), atol=1e-4, rtol=0)
+    again = from_pretrained_no_processing(tmp_path / "ckpt")
+    torch.testing.assert_close(logits(again), logits(tiny_model), atol=1e-6, rtol=0)
+
+
+def test_save_hf_checkpoint_refuses_to_drop_a_nonzero_b_U(tiny_model, tmp_path):
+    # HF GPT-2's lm_head has no bias, so a model with a (non-constant) b_U cannot be saved
+    # faithfully; dropping it silently changes every logit.
+    assert tiny_model.unembed.b_U.std() > 0
+    with pytest.raises(ValueError, match="b_U"):
+        save_hf_checkpoint(tiny_model, tmp_path / "ckpt")
+
+
+def test_save_hf_checkpoint_of_a_processed_model_is_refused(hf_checkpoint_dir, tmp_path):
+    with pytest.raises(ValueError, match="from_pretrained_no_processing"):
+        save_hf_checkpoint(from_pretrained(hf_checkpoint_dir), tmp_path / "x")
+
+
+# ----------------------------------------------------------------------------
+# Bad checkpoints
+# ----------------------------------------------------------------------------
+def _write_checkpoint(folder: Path, src: Path, edit) -> Path:  # type: ignore[no-untyped-def]
+    folder.mkdir(parents=True, exist_ok=True)
+    shutil.copy(src / "config.json", folder / "config.json")
+    sd = dict(safetensors_torch.load_file(str(src / "model.safetensors")))
+    edit(sd)
+    safetensors_torch.save_file(sd, str(folder / "model.safetensors"))
+    return folder
+
+
+def test_missing_unexpected_and_misshaped_tensors_are_each_listed(hf_checkpoint_dir, tmp_path):
+    def edit(sd):  # type: ignore[no-untyped-def]
+        prefix = "transformer." if "transformer.wte.weight" in sd else ""
+        del sd[prefix + "h.0.mlp.c_fc.bias"]
+        sd[prefix + "h.1.attn.extra_thing"] = torch.zeros(3)
+        sd[prefix + "h.1.attn.c_proj.weight"] = torch.zeros(64, 65)
+
+    folder = _write_checkpoint(tmp_path / "bad", hf_checkpoint_dir, edit)
+    with pytest.raises(CheckpointError) as info:
+        from_pretrained(folder)
+    msg = str(info.value)
+    assert "missing" in msg and "h.0.mlp.c_fc.bias" in msg
+    assert "unexpected" in msg and "h.1.attn.extra_thing" in msg
+    assert "wrong shape" in msg and "h.1.attn.c_proj.weight" in msg and "(64, 65)" in msg
+
+
+@pytest.mark.parametrize("key", ["blocks.1.attn.W_Q", "blocks.0.attn.W_Q", "blocks.0.mlp.W_in", "pos_embed.W_pos"])
+def test_tl_layout_state_dict_with_a_missing_tensor_is_a_checkpoint_error(tiny_model, key):
+    sd = tiny_model.state_dict()
+    del sd[key]
+    with pytest.raises(CheckpointError, match=rf"missing.*{key}"):
+        from_pretrained(sd)
+
+
+def test_tl_layout_state_dict_with_unexpected_and_misshaped_tensors(tiny_model):
+    sd = dict(tiny_model.state_dict())
+    sd["blocks.1.attn.W_extra"] = torch.zeros(2)
+    sd["blocks.1.mlp.b_out"] = torch.zeros(65)
+    with pytest.raises(CheckpointError) as info:
+        from_pretrained(sd)
+    assert "blocks.1.attn.W_extra" in str(info.value) and "blocks.1.mlp.b_out" in str(info.value)
+
+
+def test_non_gpt2_config_is_a_checkpoint_error(hf_checkpoint_dir, tmp_path):
+    folder = tmp_path / "llama"
+    shutil.copytree(hf_checkpoint_dir, folder)
+    config = json.loads((folder / "config.json").read_text())
+    config["model_type"], config["architectures"] = "llama", ["LlamaForCausalLM"]
+    (folder / "config.json").write_text(json.dumps(config))
+    with pytest.raises(CheckpointError, match="llama"):
+        from_pretrained(folder)
+
+
+def _touch(path: str) -> None:
+    Path(path).write_text("the pickle ran code")
+
+
+class _Payload:
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self):  # type: ignore[no-untyped-def]
+        return (_touch, (str(self.marker),))
+
+
+def test_pickled_code_in_a_bin_file_is_refused_and_never_run(tmp_path):
+    marker = tmp_path / "ran.txt"
+    path = tmp_path / "evil" / "pytorch_model.bin"
+    path.parent.mkdir()
+    torch.save({"wte.weight": torch.zeros(2), "x": _Payload(marker)}, path)
+    # The payload is live: a plain unpickle runs it.
+    torch.load(path, weights_only=False)
+    assert marker.exists()
+    marker.unlink()
+
+    for source in (path, path.parent):
+        with pytest.raises(CheckpointError, match="weights_only"):
+            from_pretrained(source)
+        assert not marker.exists()
+
+
+def test_nonexistent_path_is_file_not_found(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(FileNotFoundError, match="nope"):
+        from_pretrained("./nope/model.safetensors")
+    with pytest.raises(FileNotFoundError):
+        from_pretrained(tmp_path / "missing_folder")
+
+
+def test_folder_without_weights_is_file_not_found(tmp_path):
+    (tmp_path / "config.json").write_text("{}")
+    with pytest.raises(FileNotFoundError, match="model.safetensors"):
+        from_pretrained(tmp_path)
+
+
+def test_unknown_source_type_is_a_type_error():
+    with pytest.raises(TypeError, match="source"):
+        from_pretrained(42)
+
+
+def test_hub_id_offline_without_cache_says_how_to_use_a_local_copy(tmp_path, monkeypatch):
+    hub_constants = pytest.importorskip("huggingface_hub.constants")
+    home = tmp_path / "hf_home"
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HOME", str(home))
+    monkeypatch.setenv("HF_HUB_CACHE", str(home / "hub"))
+    monkeypatch.setattr(hub_constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(hub_constants, "HF_HUB_CACHE", str(home / "hub"))
+    monkeypatch.setattr(hub_constants, "HF_HOME", str(home))
+    with pytest.raises(OSError, match="local copy") as info:
+        from_pretrained("gpt2-medium")
+    assert "gpt2-medium" in str(info.value) and "HF_HUB_OFFLINE" in str(info.value)
