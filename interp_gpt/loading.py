@@ -6,7 +6,8 @@ Sources (`from_pretrained(source)`):
   * a local folder: config.json + model.safetensors (or sharded safetensors, or pytorch_model.bin);
   * a single weights file (.safetensors, or .bin/.pt/.pth read with weights_only=True);
   * a `transformers` GPT2LMHeadModel / GPT2Model object;
-  * a transformer-lens HookedTransformer, or a state dict in either layout.
+  * a transformer-lens HookedTransformer (3.x) or TransformerBridge (4.x), or a state dict
+    in either layout.
 
 Nothing here unpickles arbitrary code: `.bin` files load with `torch.load(weights_only=True)`.
 """
@@ -428,6 +429,11 @@ def load_source(source: Any, config: Config | None = None) -> tuple[Config, dict
             weights, hf_config = _read_folder(folder)
         else:
             raise FileNotFoundError(f"source: no file or folder at {str(source)!r}")
+    elif hasattr(source, "cfg") and hasattr(source, "tl_parameters"):  # transformer-lens 4.x TransformerBridge
+        # Its own state dict is in HF's layout; tl_parameters() is the TL-layout view. After
+        # processing it keeps LN weights of 1 and biases of 0, which compute the same as LNPre.
+        cfg = _config_from_tl_cfg(source.cfg)
+        return cfg, _tl_state_dict({k: v.detach() for k, v in source.tl_parameters().items()}, cfg), None
     elif hasattr(source, "config") and hasattr(source, "state_dict") and hasattr(source.config, "to_dict"):
         hf_config = source.config.to_dict()  # a transformers model
         name = getattr(source.config, "_name_or_path", None) or "transformers-model"

@@ -95,6 +95,10 @@ class LayerNorm(nn.Module):
         self.hook_normalized = HookPoint()  # [batch, posn, d_model] (or with n_heads)
 
     def forward(self, x: Resid) -> Resid:
+        if not (self.hook_scale.has_hooks or self.hook_normalized.has_hooks):
+            # Fast path, same maths in one fused kernel, when nobody looks at the pieces.
+            w, b = (self.w, self.b) if self.has_params else (None, None)
+            return F.layer_norm(x, x.shape[-1:], w, b, self.eps)
         x = x - x.mean(-1, keepdim=True)
         scale = self.hook_scale((x.pow(2).mean(-1, keepdim=True) + self.eps).sqrt())
         x = self.hook_normalized(x / scale)
@@ -154,24 +158,34 @@ class Attention(nn.Module):
         k = self.hook_k(self.project(key_input, self.W_K, self.b_K))
         v = self.hook_v(self.project(value_input, self.W_V, self.b_V))
 
-        scores = einops.einsum(
-            q, k, "batch q_pos n_heads d_head, batch k_pos n_heads d_head -> batch n_heads q_pos k_pos"
-        ) / math.sqrt(self.cfg.d_head)
         q_pos = torch.arange(q.shape[1], device=q.device)
         k_pos = torch.arange(k.shape[1], device=q.device)
         allowed = k_pos[None, :] <= q_pos[:, None]  # [q_pos, k_pos]: causal
         if attention_mask is not None:  # and never attend to padding
             allowed = allowed & attention_mask[:, None, None, :].bool()  # [batch, 1, q_pos, k_pos]
-        scores = self.hook_attn_scores(torch.where(allowed, scores, self.IGNORE))
-        pattern = scores.softmax(dim=-1)
-        # A padding query that may attend to nothing has a row of -inf -> NaN; make it 0.
-        pattern = self.hook_pattern(torch.where(pattern.isnan(), 0.0, pattern))
 
-        z = self.hook_z(
-            einops.einsum(
+        if self.hook_attn_scores.has_hooks or self.hook_pattern.has_hooks:
+            scores = einops.einsum(
+                q, k, "batch q_pos n_heads d_head, batch k_pos n_heads d_head -> batch n_heads q_pos k_pos"
+            ) / math.sqrt(self.cfg.d_head)
+            scores = self.hook_attn_scores(torch.where(allowed, scores, self.IGNORE))
+            pattern = scores.softmax(dim=-1)
+            # A padding query that may attend to nothing has a row of -inf -> NaN; make it 0.
+            pattern = self.hook_pattern(torch.where(pattern.isnan(), 0.0, pattern))
+            z = einops.einsum(
                 v, pattern, "batch k_pos n_heads d_head, batch n_heads q_pos k_pos -> batch q_pos n_heads d_head"
             )
-        )
+        else:
+            # Nobody hooks the scores or the pattern: let PyTorch's fused kernel compute the
+            # same softmax(q k^T / sqrt(d_head)) v without materialising [q_pos, k_pos].
+            z = F.scaled_dot_product_attention(
+                q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),  # [batch, n_heads, posn, d_head]
+                attn_mask=None if attention_mask is None else allowed,
+                is_causal=attention_mask is None,
+            ).transpose(1, 2)
+            if attention_mask is not None:
+                z = torch.where(z.isnan(), 0.0, z)
+        z = self.hook_z(z)
         if self.cfg.use_attn_result:
             result = self.hook_result(
                 einops.einsum(
@@ -359,6 +373,27 @@ class GPT(HookedModule):
     def set_use_hook_mlp_in(self, value: bool) -> None:
         """Expose the MLP's input as `blocks.L.hook_mlp_in`."""
         self._set_flag("use_hook_mlp_in", value)
+
+    def run_with_cache(self, *model_args: Any, names_filter: Any = None, **kwargs: Any) -> tuple[Any, Any]:
+        """Run the model and cache activations (see `HookedModule.run_with_cache`).
+
+        With `return_type=None` nothing downstream of the cached hooks is needed, so the
+        forward pass stops after the last layer the filter selects: caching layer 3 of
+        12 runs 4 blocks. The output is then None.
+
+        Example:
+            >>> _, cache = model.run_with_cache(tokens, names_filter="blocks.3.attn.hook_pattern", return_type=None)
+        """
+        stop = None
+        if kwargs.get("return_type", "logits") is None and kwargs.get("stop_at_layer") is None and not kwargs.get("incl_bwd"):
+            names = [hp.name for hp in self.hook_points(names_filter, arg="names_filter")]
+            layers = [int(n.split(".")[1]) if n.startswith("blocks.") else self.cfg.n_layers for n in names]
+            if names and max(layers) < self.cfg.n_layers - 1 and kwargs.get("start_at_layer") is None:
+                stop = max(layers) + 1
+        if stop is None:
+            return super().run_with_cache(*model_args, names_filter=names_filter, **kwargs)
+        _, cache = super().run_with_cache(*model_args, names_filter=names_filter, stop_at_layer=stop, **kwargs)
+        return None, cache
 
     # ----- input checking --------------------------------------------------
     def _check_tokens(self, tokens: Any, past_len: int = 0, arg: str = "input") -> Int[Tensor, "batch posn"]:

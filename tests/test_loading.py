@@ -61,6 +61,12 @@ def _tl_config(hf_model):  # type: ignore[no-untyped-def]
 
 
 def make_tl_model(hf_model, processed: bool):  # type: ignore[no-untyped-def]
+    pytest.importorskip("transformer_lens")
+    from interp_gpt.compare import transformer_lens_major
+
+    if transformer_lens_major() >= 4:
+        pytest.skip("transformer-lens 4.x has no HookedTransformer: these cases run in CI's 3.9 venv "
+                    "(the 4.x TransformerBridge as a source is tested by test_transformer_bridge_is_a_source)")
     from transformer_lens import HookedTransformer
     from transformer_lens.pretrained.weight_conversions import convert_gpt2_weights
 
@@ -448,3 +454,19 @@ def test_hub_id_offline_without_cache_says_how_to_use_a_local_copy(tmp_path, mon
     with pytest.raises(OSError, match="local copy") as info:
         from_pretrained("gpt2-medium")
     assert "gpt2-medium" in str(info.value) and "HF_HUB_OFFLINE" in str(info.value)
+
+
+@pytest.mark.parametrize("processed", [False, True], ids=["unprocessed", "processed"])
+def test_transformer_bridge_is_a_source(hf_checkpoint_dir, hf_model, processed):
+    pytest.importorskip("transformer_lens")
+    from interp_gpt.compare import to_transformer_lens, transformer_lens_major
+
+    if transformer_lens_major() < 4:
+        pytest.skip("TransformerBridge is transformer-lens 4.x; CI's main venv runs this case")
+    bridge = to_transformer_lens(hf_checkpoint_dir, processed=processed)
+    ours = from_pretrained_no_processing(bridge)
+    tokens = torch.randint(0, 100, (2, 9), generator=torch.Generator().manual_seed(5))
+    with torch.no_grad():
+        want = hf_model(tokens).logits.log_softmax(-1)
+        torch.testing.assert_close(ours(tokens).log_softmax(-1), want, atol=1e-4, rtol=1e-4)
+        torch.testing.assert_close(ours(tokens), bridge(tokens), atol=1e-4, rtol=1e-4)

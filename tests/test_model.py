@@ -456,3 +456,41 @@ def test_gpt2_small_shaped_model_runs_with_design_hook_shapes():
         logits, cache = model.run_with_cache(tokens, names_filter=names)
     assert logits.shape == (1, 4, 50257)
     assert [tuple(cache[n].shape) for n in names] == [(1, 12, 4, 4), (1, 4, 12, 64), (1, 4, 3072), (1, 4, 1)]
+
+
+# ----------------------------------------------------------------------------
+# Fast paths: fused attention / LayerNorm when nobody hooks their insides
+# ----------------------------------------------------------------------------
+def _pattern_hook_counts(model):
+    return sum(len(model.hook_dict[f"blocks.{L}.attn.hook_pattern"].fwd_hooks) for L in range(model.cfg.n_layers))
+
+
+@pytest.mark.parametrize("padded", [False, True], ids=["plain", "left-padded"])
+def test_fused_and_hooked_paths_agree(tiny_model, tiny_tokens, padded):
+    mask = None
+    if padded:
+        mask = torch.ones_like(tiny_tokens)
+        mask[0, :3] = 0  # the first prompt is left-padded
+    with torch.no_grad():
+        fast = tiny_model(tiny_tokens, attention_mask=mask)
+        _, cache = tiny_model.run_with_cache(tiny_tokens, attention_mask=mask)  # every hook: the explicit path
+        slow = cache["unembed.hook_out"]
+        # Attaching one hook to one pattern switches that layer's path and changes nothing else.
+        seen = []
+        hooked = tiny_model.run_with_hooks(
+            tiny_tokens, attention_mask=mask, fwd_hooks=[("blocks.1.attn.hook_pattern", lambda p, hook: seen.append(p.shape))]
+        )
+    assert seen == [(2, tiny_model.cfg.n_heads, 7, 7)]
+    assert _pattern_hook_counts(tiny_model) == 0
+    torch.testing.assert_close(fast, slow, atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(fast, hooked, atol=1e-5, rtol=1e-4)
+    assert not torch.equal(fast, tiny_model.unembed.b_U.expand_as(fast))  # the comparison is not vacuous
+
+
+def test_fused_layer_norm_matches_hooked_one(tiny_model, tiny_tokens):
+    x = torch.randn(2, 7, tiny_model.cfg.d_model, generator=torch.Generator().manual_seed(3)) * 3 + 1
+    ln = tiny_model.blocks[0].ln1
+    fast = ln(x)
+    with tiny_model.hooks(fwd_hooks=[("blocks.0.ln1.hook_scale", lambda t, hook: None)]):
+        slow = ln(x)
+    torch.testing.assert_close(fast, slow, atol=1e-5, rtol=1e-5)
