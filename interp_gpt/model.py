@@ -105,6 +105,31 @@ class LayerNorm(nn.Module):
         return x * self.w + self.b if self.has_params else x
 
 
+class KVCache:
+    """Keys and values of the positions seen so far, one entry per layer, for generation.
+
+    Each forward call with `past_kv_cache=cache` attends to the cached positions and then
+    appends its own keys, values and attention mask, so the next call only feeds new tokens.
+    """
+
+    def __init__(self, n_layers: int):
+        self.keys: list[Tensor | None] = [None] * n_layers  # [batch, past, n_heads, d_head]
+        self.values: list[Tensor | None] = [None] * n_layers
+        self.attention_mask: Tensor | None = None  # [batch, past]
+
+    @property
+    def length(self) -> int:
+        return 0 if self.attention_mask is None else self.attention_mask.shape[1]
+
+    def extend(self, layer: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        """Append this call's keys and values to layer `layer`'s and return the full ones."""
+        if self.keys[layer] is not None:
+            k = torch.cat([self.keys[layer], k], dim=1)
+            v = torch.cat([self.values[layer], v], dim=1)
+        self.keys[layer], self.values[layer] = k, v
+        return k, v
+
+
 class Attention(nn.Module):
     def __init__(self, cfg: Config):
         super().__init__()
@@ -153,12 +178,19 @@ class Attention(nn.Module):
         key_input: Resid,
         value_input: Resid,
         attention_mask: Int[Tensor, "batch key_pos"] | None = None,
+        kv_cache: tuple[KVCache, int] | None = None,
     ) -> Float[Tensor, "batch posn d_model"]:
         q = self.hook_q(self.project(query_input, self.W_Q, self.b_Q))
         k = self.hook_k(self.project(key_input, self.W_K, self.b_K))
         v = self.hook_v(self.project(value_input, self.W_V, self.b_V))
+        past = 0
+        if kv_cache is not None:  # generation: attend to the cached positions too
+            cache, layer = kv_cache
+            past = k.shape[1]
+            k, v = cache.extend(layer, k, v)
+            past = k.shape[1] - past
 
-        q_pos = torch.arange(q.shape[1], device=q.device)
+        q_pos = torch.arange(past, past + q.shape[1], device=q.device)
         k_pos = torch.arange(k.shape[1], device=q.device)
         allowed = k_pos[None, :] <= q_pos[:, None]  # [q_pos, k_pos]: causal
         if attention_mask is not None:  # and never attend to padding
@@ -180,8 +212,8 @@ class Attention(nn.Module):
             # same softmax(q k^T / sqrt(d_head)) v without materialising [q_pos, k_pos].
             z = F.scaled_dot_product_attention(
                 q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),  # [batch, n_heads, posn, d_head]
-                attn_mask=None if attention_mask is None else allowed,
-                is_causal=attention_mask is None,
+                attn_mask=None if attention_mask is None and past == 0 else allowed,
+                is_causal=attention_mask is None and past == 0,
             ).transpose(1, 2)
             if attention_mask is not None:
                 z = torch.where(z.isnan(), 0.0, z)
@@ -239,6 +271,7 @@ class TransformerBlock(nn.Module):
         self,
         resid_pre: Float[Tensor, "batch posn d_model"],
         attention_mask: Int[Tensor, "batch key_pos"] | None = None,
+        kv_cache: KVCache | None = None,
     ) -> Float[Tensor, "batch posn d_model"]:
         cfg = self.cfg
         resid_pre = self.hook_resid_pre(resid_pre)
@@ -254,7 +287,7 @@ class TransformerBlock(nn.Module):
                 q_in = k_in = v_in = self.ln1(attn_in)
         else:
             q_in = k_in = v_in = self.ln1(resid_pre)
-        attn_out = self.hook_attn_out(self.attn(q_in, k_in, v_in, attention_mask))
+        attn_out = self.hook_attn_out(self.attn(q_in, k_in, v_in, attention_mask, None if kv_cache is None else (kv_cache, self.layer)))
         resid_mid = self.hook_resid_mid(resid_pre + attn_out)
         mlp_in = self.hook_mlp_in(resid_mid.clone()) if cfg.use_hook_mlp_in else resid_mid
         mlp_out = self.hook_mlp_out(self.mlp(self.ln2(mlp_in)))
@@ -445,6 +478,7 @@ class GPT(HookedModule):
         stop_at_layer: int | None = None,
         tokens: Int[Tensor, "batch posn"] | None = None,
         attention_mask: Int[Tensor, "batch posn"] | None = None,
+        past_kv_cache: KVCache | None = None,
     ) -> Any:
         """Run the model.
 
@@ -455,24 +489,38 @@ class GPT(HookedModule):
         `return_type`: "logits", "loss" (mean next-token cross-entropy; per token with
         `loss_per_token`), "both" (logits, loss) or None.
         `attention_mask` [batch, posn]: 1 for real tokens, 0 for padding.
+        `past_kv_cache`: a `KVCache` holding earlier positions (see `generate`); `input` is
+        then only the new tokens, and the cache is extended with them.
         """
         if return_type not in ("logits", "loss", "both", None):
             raise ValueError(f"return_type={return_type!r}, expected 'logits', 'loss', 'both' or None")
         start = self._check_layer(start_at_layer, "start_at_layer", allow_end=True) or 0
         stop = self._check_layer(stop_at_layer, "stop_at_layer", allow_end=True)
+        past = 0 if past_kv_cache is None else past_kv_cache.length
+        if past_kv_cache is not None and (start_at_layer is not None or stop is not None):
+            raise ValueError("past_kv_cache cannot be combined with start_at_layer / stop_at_layer")
         if start_at_layer is None:
             if isinstance(input, (str, list)):
                 tokens, mask = self.to_tokens(input, prepend_bos=prepend_bos, padding_side=padding_side, return_mask=True)
                 if attention_mask is None and not bool(mask.all()):
                     attention_mask = mask
             else:
-                tokens = self._check_tokens(input)
+                tokens = self._check_tokens(input, past_len=past)
             if attention_mask is not None:
                 attention_mask = self._check_mask(attention_mask, tokens)
+            if past_kv_cache is not None:
+                # The mask covers every position the cache has seen plus the new ones.
+                new = attention_mask if attention_mask is not None else torch.ones_like(tokens)
+                if past_kv_cache.attention_mask is not None:
+                    new = torch.cat([past_kv_cache.attention_mask, new], dim=1)
+                if new.shape[0] != tokens.shape[0]:
+                    raise ValueError(f"past_kv_cache: holds a batch of {new.shape[0]}, input has {tokens.shape[0]}")
+                past_kv_cache.attention_mask = new
+                attention_mask = None if bool(new.all()) else new
             if self.cfg.use_hook_tokens:
                 tokens = self.hook_tokens(tokens)
             embed = self.hook_embed(self.embed(tokens))
-            pos_embed = self.hook_pos_embed(self.pos_embed(tokens, 0, attention_mask))
+            pos_embed = self.hook_pos_embed(self.pos_embed(tokens, past, attention_mask))
             resid = embed + pos_embed
         else:
             if not isinstance(input, Tensor) or not input.is_floating_point() or input.ndim != 3 or input.shape[-1] != self.cfg.d_model:
@@ -487,7 +535,7 @@ class GPT(HookedModule):
                 attention_mask = self._check_mask(attention_mask, resid[..., 0])
 
         for block in self.blocks[start:stop]:
-            resid = block(resid, attention_mask)
+            resid = block(resid, attention_mask, past_kv_cache)
         if stop is not None:
             return resid
 
@@ -498,8 +546,112 @@ class GPT(HookedModule):
             return None
         if tokens is None:
             raise ValueError("return_type='loss' with start_at_layer needs tokens= (the targets)")
+        if past_kv_cache is not None:
+            raise ValueError("return_type='loss' is not available with past_kv_cache (the targets span the cache)")
         loss = lm_cross_entropy_loss(logits, tokens, attention_mask, per_token=loss_per_token)
         return loss if return_type == "loss" else (logits, loss)
+
+    @torch.no_grad()
+    def generate(
+        self,
+        input: str | list[str] | Int[Tensor, "batch posn"],
+        max_new_tokens: int = 10,
+        temperature: float = 1.0,
+        top_k: int | None = None,
+        top_p: float | None = None,
+        do_sample: bool = True,
+        stop_at_eos: bool = True,
+        eos_token_id: int | None = None,
+        use_past_kv_cache: bool = True,
+        seed: int | None = None,
+        prepend_bos: bool | None = None,
+        return_type: Literal["input", "str", "tokens"] = "input",
+        verbose: bool = False,
+    ) -> Any:
+        """Continue a prompt token by token; hooks fire at every step.
+
+        `do_sample=False` is greedy decoding; otherwise tokens are sampled from the logits
+        divided by `temperature`, restricted to the `top_k` most likely and/or the smallest
+        set whose probability reaches `top_p`. `seed` makes sampling reproducible. With
+        `use_past_kv_cache` each step feeds only the new token (same tokens, less work).
+        A batch of prompts is left-padded so that every prompt ends at the last position.
+        `return_type="input"` returns the kind of thing given (str, list of str, tokens).
+
+        Example:
+            >>> model.generate("The cat sat on the", max_new_tokens=5, do_sample=False)
+            'The cat sat on the mat, and the cat'
+        """
+        if not isinstance(max_new_tokens, int) or isinstance(max_new_tokens, bool) or max_new_tokens < 0:
+            raise ValueError(f"max_new_tokens must be an int >= 0, got {max_new_tokens!r}")
+        if do_sample and not temperature > 0:
+            raise ValueError(f"temperature must be > 0 when sampling, got {temperature!r}")
+        if top_k is not None and (not isinstance(top_k, int) or top_k < 1):
+            raise ValueError(f"top_k must be a positive int or None, got {top_k!r}")
+        if top_p is not None and not 0 < top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1], got {top_p!r}")
+        if return_type not in ("input", "str", "tokens"):
+            raise ValueError(f"return_type={return_type!r}, expected 'input', 'str' or 'tokens'")
+        if isinstance(input, (str, list)):
+            texts = [input] if isinstance(input, str) else input
+            if any(isinstance(t, str) and t == "" for t in texts) and not (
+                self.cfg.default_prepend_bos if prepend_bos is None else prepend_bos
+            ):
+                raise ValueError("input: an empty prompt has nothing to continue (and prepend_bos is off)")
+            tokens, mask = self.to_tokens(input, prepend_bos=prepend_bos, padding_side="left", return_mask=True)
+        else:
+            tokens = self._check_tokens(input)
+            mask = torch.ones_like(tokens)
+        if tokens.shape[1] + max_new_tokens > self.cfg.n_ctx:
+            raise ValueError(
+                f"input: a prompt of {tokens.shape[1]} tokens plus max_new_tokens={max_new_tokens} is longer "
+                f"than the context of {self.cfg.n_ctx} (cfg.n_ctx)"
+            )
+        if eos_token_id is None and self.tokenizer is not None:
+            eos_token_id = self.tokenizer.eos_token_id
+        if stop_at_eos and eos_token_id is None:
+            raise ValueError("stop_at_eos needs an eos_token_id (this model has no tokenizer to take it from)")
+        gen = torch.Generator(device=tokens.device)
+        gen.manual_seed(seed if seed is not None else int(torch.randint(0, 2**62, ()).item()))
+
+        cache = KVCache(self.cfg.n_layers) if use_past_kv_cache else None
+        finished = torch.zeros(tokens.shape[0], dtype=torch.bool, device=tokens.device)
+        out, step_input, step_mask = tokens, tokens, mask
+        for _ in range(max_new_tokens):
+            if cache is not None:
+                logits = self(step_input, attention_mask=step_mask, past_kv_cache=cache)
+            else:
+                logits = self(out, attention_mask=None if bool(mask.all()) else mask)
+            next_tok = self._sample(logits[:, -1].float(), do_sample, temperature, top_k, top_p, gen)
+            if stop_at_eos:
+                next_tok = torch.where(finished, eos_token_id, next_tok)
+                finished |= next_tok == eos_token_id
+            out = torch.cat([out, next_tok[:, None]], dim=1)
+            mask = torch.cat([mask, torch.ones_like(next_tok[:, None])], dim=1)
+            step_input, step_mask = next_tok[:, None], torch.ones_like(next_tok[:, None])
+            if stop_at_eos and bool(finished.all()):
+                break
+        if return_type == "tokens" or (return_type == "input" and isinstance(input, Tensor)):
+            return out
+        texts = [self.tokenizer.decode(row[m.bool()].tolist()) for row, m in zip(out, mask, strict=True)]  # type: ignore[union-attr]
+        return texts[0] if isinstance(input, str) else texts
+
+    @staticmethod
+    def _sample(
+        logits: Float[Tensor, "batch d_vocab"], do_sample: bool, temperature: float,
+        top_k: int | None, top_p: float | None, gen: torch.Generator,
+    ) -> Int[Tensor, " batch"]:
+        if not do_sample:
+            return logits.argmax(dim=-1)
+        logits = logits / temperature
+        if top_k is not None:
+            kth = logits.topk(min(top_k, logits.shape[-1]), dim=-1).values[:, -1:]
+            logits = logits.masked_fill(logits < kth, float("-inf"))
+        if top_p is not None:
+            sorted_logits, order = logits.sort(dim=-1, descending=True)
+            cum = sorted_logits.softmax(-1).cumsum(-1)
+            drop = cum - sorted_logits.softmax(-1) >= top_p  # keep the smallest set reaching top_p
+            logits = logits.masked_fill(torch.zeros_like(drop).scatter(-1, order, drop), float("-inf"))
+        return torch.multinomial(logits.softmax(-1), 1, generator=gen)[:, 0]
 
     def _check_mask(self, attention_mask: Tensor, like: Tensor) -> Tensor:
         if not isinstance(attention_mask, Tensor) or attention_mask.shape != like.shape[:2]:
