@@ -34,8 +34,13 @@ Resid = Union[Float[Tensor, "batch posn d_model"], Float[Tensor, "batch posn n_h
 
 
 def gelu_new(x: Tensor) -> Tensor:
-    """GPT-2's GELU: the tanh approximation from the original OpenAI code."""
-    return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * torch.pow(x, 3.0))))
+    """GPT-2's GELU, the tanh approximation from the original OpenAI code:
+    0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
+
+    PyTorch's `gelu(approximate="tanh")` computes exactly this formula in one fused
+    kernel (several times faster than writing it out; equal up to float rounding).
+    """
+    return F.gelu(x, approximate="tanh")
 
 
 def gelu_fast(x: Tensor) -> Tensor:

@@ -494,3 +494,11 @@ def test_fused_layer_norm_matches_hooked_one(tiny_model, tiny_tokens):
     with tiny_model.hooks(fwd_hooks=[("blocks.0.ln1.hook_scale", lambda t, hook: None)]):
         slow = ln(x)
     torch.testing.assert_close(fast, slow, atol=1e-5, rtol=1e-5)
+
+
+def test_gelu_new_is_gpt2s_tanh_formula():
+    from interp_gpt.model import gelu_new
+
+    x = torch.linspace(-8, 8, 10001, dtype=torch.float64)
+    written_out = 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x**3)))
+    torch.testing.assert_close(gelu_new(x), written_out, atol=1e-12, rtol=0)
