@@ -31,6 +31,15 @@ from .config import Config
 from .model import GPT
 
 HUB_PRESETS = ("gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl", "distilgpt2")
+# Models shipped inside the package, loadable by folder name with no network.
+SHIPPED_DIR = Path(__file__).resolve().parent / "weights"
+
+
+def shipped_models() -> dict[str, Path]:
+    """The models shipped in the package: name -> folder."""
+    if not SHIPPED_DIR.is_dir():
+        return {}
+    return {p.name: p for p in sorted(SHIPPED_DIR.iterdir()) if (p / "config.json").is_file()}
 _WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin")
 # Buffers Hugging Face's GPT-2 stores in older checkpoints; they hold no weights.
 _HF_BUFFER = re.compile(r"(^|\.)h\.\d+\.attn\.(bias|masked_bias)$")
@@ -110,9 +119,12 @@ def _download(repo_id: str) -> Path:
     except Exception as e:
         offline = os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes")
         why = "HF_HUB_OFFLINE is set and it is not in the local cache" if offline else f"{type(e).__name__}: {e}"
+        known = "" if "/" in repo_id else (
+            f" Known names: {', '.join(list(shipped_models()) + list(HUB_PRESETS))} (shipped ones load offline)."
+        )
         raise OSError(
-            f"could not load {repo_id!r} from the Hugging Face hub ({why}). "
-            "Point at a local copy instead: a folder with config.json and model.safetensors "
+            f"could not load {repo_id!r} from the Hugging Face hub ({why}).{known} "
+            "Or point at a local copy: a folder with config.json and model.safetensors "
             "(e.g. one saved by transformers' save_pretrained), or a weights file."
         ) from e
     return folder
@@ -424,6 +436,9 @@ def load_source(source: Any, config: Config | None = None) -> tuple[Config, dict
             cfg_path = path.parent / "config.json"
             hf_config = json.loads(cfg_path.read_text()) if cfg_path.exists() and path.suffix != ".json" else None
             folder = path.parent
+        elif isinstance(source, str) and source in shipped_models():
+            folder = shipped_models()[source]
+            weights, hf_config = _read_folder(folder)
         elif isinstance(source, str) and not _looks_like_path(source):
             folder = _download(source)
             weights, hf_config = _read_folder(folder)
@@ -513,7 +528,7 @@ def from_pretrained(
         block.attn.IGNORE = torch.tensor(float("-inf"))
         block.attn.mask = torch.empty((0, 0), dtype=torch.bool)
     model = model.to(dtype=dtype, device=device)
-    from_hub = isinstance(source, str) and not Path(source).expanduser().exists()
+    from_hub = isinstance(source, str) and not Path(source).expanduser().exists() and source not in shipped_models()
     model.tokenizer = _auto_tokenizer(cfg, folder, from_hub) if isinstance(tokenizer, str) and tokenizer == "auto" else tokenizer
     return model.eval()
 
@@ -525,8 +540,10 @@ def from_pretrained_no_processing(source: Any, **kwargs: Any) -> GPT:
 
 
 def _auto_tokenizer(cfg: Config, folder: Path | None, from_hub: bool) -> Any:
-    from .tokenizer import gpt2_tokenizer
+    from .tokenizer import Tokenizer, gpt2_tokenizer
 
+    if folder is not None and (folder / "interp_gpt_tokenizer.json").exists():  # saved by Tokenizer.save
+        return Tokenizer.load(folder)
     has_files = folder is not None and (
         (folder / "tokenizer.json").exists() or (folder / "vocab.json").exists() or (folder / "encoder.json").exists()
     )

@@ -470,3 +470,13 @@ def test_transformer_bridge_is_a_source(hf_checkpoint_dir, hf_model, processed):
         want = hf_model(tokens).logits.log_softmax(-1)
         torch.testing.assert_close(ours(tokens).log_softmax(-1), want, atol=1e-4, rtol=1e-4)
         torch.testing.assert_close(ours(tokens), bridge(tokens), atol=1e-4, rtol=1e-4)
+
+
+def test_unknown_model_name_lists_the_known_ones(tmp_path, monkeypatch):
+    import huggingface_hub.constants as hc
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(hc, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(hc, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    with pytest.raises(OSError, match=r"Known names: .*gpt2-medium.*distilgpt2"):
+        from_pretrained("gtp2")
