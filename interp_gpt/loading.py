@@ -310,12 +310,17 @@ def save_hf_checkpoint(model: GPT, folder: str | os.PathLike) -> Path:
         raise ValueError("save_hf_checkpoint: Hugging Face GPT-2 needs n_heads * d_head == d_model")
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
+    # GPT-2's end-of-text id, or the model's own tokenizer's (a small vocabulary has no 50256).
+    tok = model.tokenizer
+    bos, eos = (tok.bos_token_id, tok.eos_token_id) if tok is not None else (50256, 50256)
+    if max(bos, eos) >= cfg.d_vocab:
+        bos = eos = cfg.d_vocab - 1
     hf_config = {
         "model_type": "gpt2", "architectures": ["GPT2LMHeadModel"], "n_layer": cfg.n_layers,
         "n_embd": cfg.d_model, "n_head": cfg.n_heads, "n_inner": cfg.d_mlp, "vocab_size": cfg.d_vocab,
         "n_positions": cfg.n_ctx, "n_ctx": cfg.n_ctx, "activation_function": cfg.act_fn,
         "layer_norm_epsilon": cfg.layer_norm_eps, "initializer_range": cfg.init_range,
-        "bos_token_id": 50256, "eos_token_id": 50256, "tie_word_embeddings": False,
+        "bos_token_id": bos, "eos_token_id": eos, "tie_word_embeddings": False,
     }
     (folder / "config.json").write_text(json.dumps(hf_config, indent=2))
     save_file(convert_to_hf_gpt2_state_dict(model), str(folder / "model.safetensors"), metadata={"format": "pt"})

@@ -28,7 +28,7 @@ from typing import Literal
 import tokenizers
 import torch
 from jaxtyping import Int
-from tokenizers import AddedToken, Regex, decoders, models, pre_tokenizers
+from tokenizers import AddedToken, Regex, decoders, models, pre_tokenizers, trainers
 
 __all__ = ["Tokenizer", "char_tokenizer", "gpt2_tokenizer"]
 
@@ -552,6 +552,41 @@ def _gpt2_backend(vocab: dict[str, int], merges: list[tuple[str, str]]) -> token
     # The vocabulary already holds it (id 50256), so this adds no new id.
     backend.add_special_tokens([AddedToken(ENDOFTEXT, special=True, normalized=False)])
     return backend
+
+
+def train_bpe_tokenizer(texts: Sequence[str], vocab_size: int, *, name: str = "bpe") -> Tokenizer:
+    """Learn a byte-level BPE of `vocab_size` tokens from `texts`, set up like GPT-2's
+    (fewer when the texts run out of pairs to merge).
+
+    The same pre-tokenizer (GPT-2's regex over bytes), so any text encodes with no unknown
+    characters; `<|endoftext|>` is the last id and serves as bos, eos and pad. The merges
+    depend only on the texts and `vocab_size`, so training again gives the same tokenizer.
+
+    Example:
+        >>> tok = train_bpe_tokenizer(["the cat sat on the mat"] * 10, vocab_size=260)
+        >>> tok.decode(tok.encode("the mat")), tok.vocab_size
+        ('the mat', 260)
+    """
+    n_bytes = len(pre_tokenizers.ByteLevel.alphabet())
+    if not _is_int(vocab_size) or vocab_size < n_bytes + 2:
+        raise ValueError(
+            f"train_bpe_tokenizer: vocab_size must be an int >= {n_bytes + 2} ({n_bytes} byte "
+            f"tokens, <|endoftext|> and at least one merge), got {vocab_size!r}"
+        )
+    if isinstance(texts, str) or not texts or not all(isinstance(t, str) for t in texts):
+        raise TypeError("train_bpe_tokenizer: texts must be a non-empty list of strings")
+    backend = tokenizers.Tokenizer(models.BPE())
+    backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    backend.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size - 1,  # <|endoftext|> comes after, as the last id
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    backend.train_from_iterator(texts, trainer=trainer)
+    backend.add_special_tokens([AddedToken(ENDOFTEXT, special=True, normalized=False)])
+    eot = backend.token_to_id(ENDOFTEXT)
+    return Tokenizer(backend, bos_token_id=eot, eos_token_id=eot, pad_token_id=eot, name=name)
 
 
 # -- characters -----------------------------------------------------------------

@@ -325,6 +325,8 @@ def test_save_hf_checkpoint_round_trips_through_transformers(tiny_model, tmp_pat
     torch.testing.assert_close(hf_logits(hf), logits(tiny_model), atol=1e-4, rtol=0)
     again = from_pretrained_no_processing(tmp_path / "ckpt")
     torch.testing.assert_close(logits(again), logits(tiny_model), atol=1e-6, rtol=0)
+    # A 100-token vocabulary has no GPT-2 end-of-text id 50256: its last id stands in.
+    assert (hf.config.bos_token_id, hf.config.eos_token_id) == (99, 99)
 
 
 def test_save_hf_checkpoint_refuses_to_drop_a_nonzero_b_U(tiny_model, tmp_path):

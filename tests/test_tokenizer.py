@@ -411,3 +411,23 @@ def test_char_tokenizer_bad_alphabet() -> None:
         char_tokenizer("abca")
     with pytest.raises(ValueError, match="empty"):
         char_tokenizer("")
+
+
+def test_train_bpe_tokenizer_round_trips_and_keeps_end_of_text_last():
+    from interp_gpt.tokenizer import train_bpe_tokenizer
+
+    texts = ["the cat sat on the mat; the dog sat on the log"] * 20
+    tok = train_bpe_tokenizer(texts, vocab_size=265, name="toy")
+    assert tok.vocab_size == 265 and tok.bos_token_id == tok.eos_token_id == 264
+    assert tok.decode(tok.encode("the cat, the dog")) == "the cat, the dog"
+    assert len(tok.encode(" the mat")) < len(" the mat")  # merges learned: fewer tokens than bytes
+    assert tok.encode("Zébra ✓") and tok.decode(tok.encode("Zébra ✓")) == "Zébra ✓"  # any text, via bytes
+    assert tok.encode("<|endoftext|>") == [264]
+
+
+@pytest.mark.parametrize("vocab_size", [256, 257, "300", 10.0])
+def test_train_bpe_tokenizer_rejects_a_vocabulary_without_room_for_merges(vocab_size):
+    from interp_gpt.tokenizer import train_bpe_tokenizer
+
+    with pytest.raises(ValueError, match="vocab_size must be an int >= 258"):
+        train_bpe_tokenizer(["some text"], vocab_size=vocab_size)
