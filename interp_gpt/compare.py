@@ -14,6 +14,7 @@ transformer-lens and transformers are imported lazily (`pip install interp-gpt[c
 from __future__ import annotations
 
 import copy
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -301,11 +302,22 @@ def to_transformer_lens(source: Any, processed: bool = True) -> Any:
     `processed` applies fold_ln, center_writing_weights, center_unembed, fold_value_biases.
     """
     hf = to_transformers(source)
-
-
     if transformer_lens_major() < 4:
         return _hooked_transformer(hf, processed)
-    return _bridge(hf, processed)
+    return _bridge(hf, processed, _own_tokenizer(source))
+
+
+def _own_tokenizer(source: Any) -> Any:
+    """The tokenizer saved beside a checkpoint by `Tokenizer.save` (the shipped models have
+    one), so a reference built from it tokenizes text as our model does; else None."""
+    from .loading import shipped_models
+    from .tokenizer import Tokenizer
+
+    if not isinstance(source, (str, os.PathLike)):
+        return None
+    folder = shipped_models().get(str(source)) or Path(source).expanduser()
+    folder = folder.parent if folder.is_file() else folder
+    return Tokenizer.load(folder) if (folder / "interp_gpt_tokenizer.json").is_file() else None
 
 
 def _hooked_transformer(hf: Any, processed: bool) -> Any:
@@ -326,24 +338,25 @@ def _hooked_transformer(hf: Any, processed: bool) -> Any:
     return tl.eval()
 
 
-def _bridge(hf: Any, processed: bool) -> Any:
+def _bridge(hf: Any, processed: bool, tokenizer: Any = None) -> Any:
     """transformer-lens 4.x: a TransformerBridge around `hf`, in compatibility mode.
 
     The bridge insists on a tokenizer and would fetch one from the hub by name, so we
-    hand it ours (wrapped for transformers). It rewrites `hf` in place, so `hf` must be
-    a model nobody else holds.
+    hand it ours (wrapped for transformers): `tokenizer` (an interp_gpt Tokenizer) when
+    given, else GPT-2's. It rewrites `hf` in place, so `hf` must be a model nobody else holds.
     """
     from transformer_lens.model_bridge import TransformerBridge
 
     bridge = TransformerBridge.boot_transformers(
-        "interp_gpt-reference", hf_model=hf, tokenizer=_hf_tokenizer(hf.config.vocab_size), device="cpu"
+        "interp_gpt-reference", hf_model=hf, tokenizer=_hf_tokenizer(hf.config.vocab_size, tokenizer), device="cpu"
     ).eval()
     bridge.enable_compatibility_mode(disable_warnings=True, no_processing=not processed)
     return bridge
 
 
-def _hf_tokenizer(d_vocab: int) -> Any:
-    """A transformers tokenizer for the bridge: GPT-2's BPE when we have its files, else a
+def _hf_tokenizer(d_vocab: int, ours: Any = None) -> Any:
+    """A transformers tokenizer for the bridge: `ours` (the model's own) when it fits the
+    vocabulary, else GPT-2's BPE for a GPT-2 vocabulary when we have its files, else a
     placeholder word-level vocabulary of the right size (the comparison feeds token ids)."""
     import tokenizers
     from transformers import PreTrainedTokenizerFast
@@ -351,7 +364,12 @@ def _hf_tokenizer(d_vocab: int) -> Any:
     from .tokenizer import gpt2_tokenizer
 
     try:
-        backend = gpt2_tokenizer(allow_hub=False).backend
+        if ours is not None and ours.vocab_size == d_vocab:
+            backend = ours.backend
+        elif d_vocab == 50257:
+            backend = gpt2_tokenizer(allow_hub=False).backend
+        else:
+            raise OSError("no tokenizer of this vocabulary")
     except OSError:
         vocab = {f"t{i}": i for i in range(d_vocab - 1)} | {"<|endoftext|>": d_vocab - 1}
         backend = tokenizers.Tokenizer(tokenizers.models.WordLevel(vocab, unk_token="<|endoftext|>"))

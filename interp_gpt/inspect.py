@@ -272,7 +272,7 @@ def repeated_tokens(
     """Random token sequences, each repeated twice: [batch, 2 * seq_len (+ 1 with BOS)].
 
     As transformer-lens' `evals.induction_loss` draws them: ids uniform in [100, 20000)
-    (here clipped to the vocabulary: [low, high) defaults to [0, d_vocab) for a small one),
+    (for a small vocabulary [low, high) defaults to all ids but an end-of-text id at its end),
     repeated, with BOS first when `prepend_bos` (default `cfg.default_prepend_bos`; the
     tokenizer's bos id, or the last id for a model without a tokenizer). transformer-lens
     overwrites the first token with BOS; we put BOS in front, so both halves are whole.
@@ -289,10 +289,13 @@ def repeated_tokens(
     if seq_len < 1 or batch_size < 1:
         raise ValueError(f"{caller}: seq_len and batch_size must be >= 1, got {seq_len} and {batch_size}")
     d_vocab, bos = model.cfg.d_vocab, model.cfg.default_prepend_bos if prepend_bos is None else prepend_bos
+    special = {model.tokenizer.bos_token_id, model.tokenizer.eos_token_id} if model.tokenizer is not None else {d_vocab - 1}
     if low is None:
         low = 100 if d_vocab > 20000 else 0
     if high is None:
-        high = min(20000, d_vocab) if d_vocab > 20000 else d_vocab
+        # A small vocabulary: all of it but a special token at its end (end-of-text is the
+        # last id in GPT-2-style vocabularies), as [100, 20000) leaves out GPT-2's 50256.
+        high = min(20000, d_vocab) if d_vocab > 20000 else d_vocab - int(d_vocab - 1 in special)
     if not 0 <= low < high <= d_vocab:
         raise ValueError(f"{caller}: need 0 <= low < high <= d_vocab={d_vocab}, got low={low}, high={high}")
     n_pos = 2 * seq_len + int(bool(bos))

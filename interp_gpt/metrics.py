@@ -72,7 +72,7 @@ def logit_diff(
 
 def _as_logit_diff(value: float | Tensor, answer_tokens: Tensor, arg: str) -> float:
     if isinstance(value, Tensor) and value.ndim == 3:  # logits: compute their logit difference
-        return float(logits_to_ave_logit_diff(value, answer_tokens))
+        return float(logits_to_ave_logit_diff(value.detach(), answer_tokens))
     if isinstance(value, Tensor) and value.numel() == 1:
         return float(value)
     if isinstance(value, (int, float)) and not isinstance(value, bool):

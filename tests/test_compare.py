@@ -198,3 +198,15 @@ def test_opt_in_hooks_match_transformer_lens(tmp_path, flags):
         failures = []
     assert failures == [], str(report)
     assert report.logits_ok
+
+
+def test_transformer_lens_reference_of_the_shipped_model_reads_text_with_its_tokenizer():
+    """The shipped model has its own 2,048-token BPE: the reference must tokenize text with
+    it (GPT-2's tokenizer would give ids past the vocabulary)."""
+    ours = from_pretrained("tiny-gpt2")
+    reference = to_transformer_lens("tiny-gpt2")
+    text = "Kutuzov spoke to Prince Andrew."
+    if transformer_lens_major() >= 4:
+        assert reference.to_tokens(text).tolist() == ours.to_tokens(text).tolist()
+    tokens = ours.to_tokens(text)
+    torch.testing.assert_close(reference(tokens).log_softmax(-1), ours(tokens).log_softmax(-1), atol=1e-4, rtol=0)

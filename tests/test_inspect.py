@@ -80,6 +80,8 @@ def test_repeated_tokens_as_transformer_lens_draws_them(tiny_model: GPT) -> None
     assert tokens.shape == (3, 11)
     assert (tokens[:, 0] == tiny_model.cfg.d_vocab - 1).all()  # no tokenizer: the last id is BOS
     assert torch.equal(tokens[:, 1:6], tokens[:, 6:])
+    many = ins.repeated_tokens(tiny_model, seq_len=16, batch_size=100, prepend_bos=False)
+    assert many.max() == tiny_model.cfg.d_vocab - 2  # never the end-of-text id, as TL never draws 50256
     assert torch.equal(tokens, ins.repeated_tokens(tiny_model, seq_len=5, batch_size=3, seed=1))  # seeded
     no_bos = ins.repeated_tokens(tiny_model, seq_len=5, batch_size=2, prepend_bos=False, low=10, high=20)
     assert no_bos.shape == (2, 10) and ((no_bos >= 10) & (no_bos < 20)).all()
