@@ -1,10 +1,19 @@
 """The `interp-gpt` command.
 
-    interp-gpt compare [MODEL] [--prompt TEXT] [--unprocessed] [--per-layer] [--json]
+    interp-gpt generate  [MODEL] PROMPT [--max-new-tokens N] [--temperature T] [--top-k K]
+                                        [--top-p P] [--greedy] [--seed S]
+    interp-gpt attention [MODEL] PROMPT [--layer L] [--head H] [--out PAGE.html]
+    interp-gpt lens      [MODEL] PROMPT [--top N]
+    interp-gpt heads     [MODEL] [--top N]
+    interp-gpt compare   [MODEL] [--prompt TEXT] [--unprocessed] [--per-layer] [--json]
 
-MODEL is a hub id (gpt2, gpt2-medium, ...), a local folder or weights file, or
-`random-gpt2-small` (the default): a GPT-2-small-shaped checkpoint built on this
-machine from a fixed seed, so the command runs offline.
+MODEL is `tiny-gpt2` (the default: the small model shipped inside the package, so every
+command runs offline), a hub id (gpt2, gpt2-medium, ...), a local folder or weights file,
+or `random-gpt2-small`: a GPT-2-small-shaped checkpoint built on this machine from a fixed
+seed. With one positional argument, `generate`, `attention` and `lens` read it as PROMPT.
+
+Errors (an unknown model, an empty prompt, a layer out of range ...) are one line on
+stderr and exit status 2.
 """
 
 from __future__ import annotations
@@ -14,11 +23,26 @@ import json
 import os
 import shutil
 import sys
+import textwrap
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
-DEFAULT_MODEL = "random-gpt2-small"
+DEFAULT_MODEL = "tiny-gpt2"
+RANDOM_MODEL = "random-gpt2-small"
 DEFAULT_PROMPT = "When Mary and John went to the store, John gave a drink to"
+_MODEL_HELP = (f"{DEFAULT_MODEL} (default, shipped, offline), {RANDOM_MODEL} (random weights, built offline), "
+               "a hub id such as gpt2, a local folder or a weights file")
+
+
+class UsageError(ValueError):
+    """A bad command-line argument; `main` prints it as one line and exits with status 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but its errors are one line (no usage block): "error: PROG: what; see PROG --help"."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"error: {self.prog}: {message}; see '{self.prog} --help'\n")
 
 
 def _home() -> Path:
@@ -58,17 +82,197 @@ def random_gpt2_small(seed: int = 0, folder: str | os.PathLike | None = None) ->
     return folder
 
 
+# ----------------------------------------------------------------------------
+# shared helpers: the model, the prompt, checks, tables
+# ----------------------------------------------------------------------------
 def _resolve_model(name: str) -> Any:
-    return random_gpt2_small() if name == DEFAULT_MODEL else name
+    """What `from_pretrained` takes for a MODEL argument: `random-gpt2-small` is built here."""
+    return random_gpt2_small() if name == RANDOM_MODEL else name
+
+
+def _load(name: str) -> Any:
+    """The processed model MODEL names (loader errors name the known models)."""
+    from .loading import from_pretrained
+
+    return from_pretrained(_resolve_model(name))
+
+
+def _model_and_prompt(args: argparse.Namespace) -> None:
+    """`[MODEL] PROMPT`: with one positional argument it is the prompt (MODEL is the default).
+
+    Example: `interp-gpt lens 'Hello'` -> model tiny-gpt2, prompt 'Hello'.
+    """
+    if args.prompt is None:
+        if args.model is None:
+            raise UsageError(f"{args.command}: PROMPT is missing; usage: interp-gpt {args.command} [MODEL] PROMPT")
+        args.model, args.prompt = DEFAULT_MODEL, args.model
+    elif args.model is None:
+        args.model = DEFAULT_MODEL
+
+
+def _prompt_tokens(model: Any, name: str, prompt: str, room: int = 0) -> Any:
+    """PROMPT as token ids [1, pos] (BOS first, as the model expects), checked against the
+    context, with `room` positions left over for generated tokens.
+
+    Example: `_prompt_tokens(model, "tiny-gpt2", "Hello")` -> tensor([[2047, ...]]).
+    """
+    if model.tokenizer is None:
+        raise UsageError(f"MODEL {name!r} has no tokenizer, so it cannot read PROMPT; "
+                         f"use a model with tokenizer files, e.g. {DEFAULT_MODEL}")
+    if prompt == "":
+        raise UsageError("PROMPT is empty; give some text, e.g. 'Once upon a time'")
+    bos = model.cfg.default_prepend_bos
+    tokens, _ = model.tokenizer.to_tokens(prompt, prepend_bos=bos)
+    n, ctx = tokens.shape[1], model.cfg.n_ctx
+    counted = f"{n} tokens{' (BOS included)' if bos else ''}"
+    if n > ctx:
+        raise UsageError(f"PROMPT is {counted}, longer than the context of {name!r} ({ctx} tokens); shorten it")
+    if n + room > ctx:
+        raise UsageError(f"PROMPT is {counted} and --max-new-tokens is {room}: {n + room} tokens is longer than "
+                         f"the context of {name!r} ({ctx} tokens); use --max-new-tokens {ctx - n} or less")
+    return tokens.to(model.W_E.device)
+
+
+def _check_index(value: int, size: int, option: str, what: str) -> int:
+    """`value` as an index 0..size-1 of an option such as --layer, or a UsageError.
+
+    Example: `_check_index(2, 2, "--layer", "'tiny-gpt2' has layers")` raises
+    "--layer 2 is out of range: 'tiny-gpt2' has layers 0..1".
+    """
+    if not 0 <= value < size:
+        raise UsageError(f"{option} {value} is out of range: {what} 0..{size - 1}")
+    return value
+
+
+def _check_at_least(value: int | float | None, low: int | float, option: str) -> None:
+    if value is not None and value < low:
+        raise UsageError(f"{option} must be >= {low}, got {value}")
+
+
+def _show_token(token: str, width: int = 16) -> str:
+    """A token as a short, visible label: its repr (quotes show spaces, "\\n" newlines),
+    cut to `width` characters with "…".
+
+    Example: `_show_token(" the")` -> "' the'"; `_show_token("\\n")` -> "'\\\\n'".
+    """
+    shown = repr(token)
+    return shown if len(shown) <= width else shown[: width - 1] + "…"
+
+
+def _table(header: list[str], rows: list[list[str]], right: frozenset[int] = frozenset()) -> str:
+    """Plain-text columns: a header, a rule, then the rows; columns in `right` right-aligned.
+
+    Example: `_table(["a", "b"], [["x", "1.0"]], right=frozenset({1}))` -> "a    b\\n-  ---\\nx  1.0".
+    """
+    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
+
+    def line(cells: list[str]) -> str:
+        return "  ".join(c.rjust(w) if i in right else c.ljust(w)
+                         for i, (c, w) in enumerate(zip(cells, widths, strict=True))).rstrip()
+
+    return "\n".join([line(header), line(["-" * w for w in widths]), *map(line, rows)])
+
+
+# ----------------------------------------------------------------------------
+# the subcommands
+# ----------------------------------------------------------------------------
+def _cmd_generate(args: argparse.Namespace) -> int:
+    _model_and_prompt(args)
+    _check_at_least(args.max_new_tokens, 0, "--max-new-tokens")
+    _check_at_least(args.top_k, 1, "--top-k")
+    if args.temperature is not None and not args.temperature > 0:
+        raise UsageError(f"--temperature must be > 0, got {args.temperature}")
+    if args.top_p is not None and not 0 < args.top_p <= 1:
+        raise UsageError(f"--top-p must be in (0, 1], got {args.top_p}")
+    sampling = [o for o, v in (("--temperature", args.temperature), ("--top-k", args.top_k), ("--top-p", args.top_p))
+                if v is not None]
+    if args.greedy and sampling:
+        raise UsageError(f"--greedy always takes the most likely token; it cannot be combined with {', '.join(sampling)}")
+    model = _load(args.model)
+    tokens = _prompt_tokens(model, args.model, args.prompt, room=args.max_new_tokens)
+    out = model.generate(
+        tokens, max_new_tokens=args.max_new_tokens, do_sample=not args.greedy,
+        temperature=1.0 if args.temperature is None else args.temperature,
+        top_k=args.top_k, top_p=args.top_p, seed=args.seed,
+    )
+    first = 1 if model.cfg.default_prepend_bos else 0  # the BOS we put in front is not the user's text
+    print(model.to_string(out[0, first:]))
+    return 0
+
+
+def _cmd_attention(args: argparse.Namespace) -> int:
+    from .plots import attention_viewer, save_html
+
+    _model_and_prompt(args)
+    model = _load(args.model)
+    layer = _check_index(args.layer, model.cfg.n_layers, "--layer", f"{args.model!r} has layers")
+    head = _check_index(args.head, model.cfg.n_heads, "--head", f"{args.model!r} has heads")
+    tokens = _prompt_tokens(model, args.model, args.prompt)
+    _, cache = model.run_with_cache(tokens, names_filter=lambda n: n.endswith("hook_pattern"), return_type=None)
+    fig = attention_viewer(cache, model.to_str_tokens(tokens[0]), layer=layer, head=head)
+    print(save_html(fig, args.out))
+    return 0
+
+
+def _cmd_lens(args: argparse.Namespace) -> int:
+    from .inspect import logit_lens
+
+    _model_and_prompt(args)
+    _check_at_least(args.top, 1, "--top")
+    model = _load(args.model)
+    tokens = _prompt_tokens(model, args.model, args.prompt)
+    _, cache = model.run_with_cache(
+        tokens, names_filter=lambda n: n.endswith(("hook_resid_pre", "hook_resid_post")), return_type=None
+    )
+    logits, labels = logit_lens(cache)  # [layer, pos, d_vocab]
+    probs, ids = logits.softmax(-1).topk(min(args.top, model.cfg.d_vocab), dim=-1)  # [layer, pos, top]
+    n_layers, n_pos, top = ids.shape
+    rows = []
+    for pos, token in enumerate(model.to_str_tokens(tokens[0])):
+        guesses = [model.tokenizer.decode_each(ids[L, pos].tolist()) for L in range(n_layers)]  # [layer][top]
+        for k in range(top):
+            cells = [f"{_show_token(guesses[L][k])} {probs[L, pos, k]:.3f}" for L in range(n_layers)]
+            rows.append([str(pos) if k == 0 else "", _show_token(token) if k == 0 else "", *cells])
+    print(f"logit lens of {args.model} on {n_pos} tokens: the top {top} next-token prediction(s) "
+          "(probability) if the model stopped at each layer; final_post is the model's output\n")
+    print(_table(["pos", "token", *labels], rows, right=frozenset({0})))
+    return 0
+
+
+def _cmd_heads(args: argparse.Namespace) -> int:
+    from .inspect import head_scores
+
+    _check_at_least(args.top, 1, "--top")
+    model = _load(args.model)
+    seq_len, batch = min(50, (model.cfg.n_ctx - 1) // 2), 8  # head_scores' defaults, stated
+    scores = head_scores(model, seq_len=seq_len, batch_size=batch)
+    n_layers, n_heads = model.cfg.n_layers, model.cfg.n_heads
+    rows = [[str(L), str(h), *(f"{s[L, h]:.3f}" for s in scores.values())]
+            for L in range(n_layers) for h in range(n_heads)]
+    print(f"head scores of {args.model} on {batch} sequences of {seq_len} random tokens, each repeated "
+          "(mean attention, 0..1)\n")
+    print(_table(["layer", "head", *scores], rows, right=frozenset(range(2 + len(scores)))))
+    top = min(args.top, n_layers * n_heads)
+    print()
+    for name, s in scores.items():
+        values, flat = s.flatten().topk(top)
+        best = ", ".join(f"L{i // n_heads}H{i % n_heads} {v:.3f}" for v, i in zip(values.tolist(), flat.tolist(), strict=True))
+        print(f"top {top} {name} heads: {best}")
+    return 0
 
 
 def _cmd_compare(args: argparse.Namespace) -> int:
     import torch
 
     from .compare import compare, to_transformer_lens, to_transformers
-    from .loading import from_pretrained, from_pretrained_no_processing
+    from .loading import from_pretrained, from_pretrained_no_processing, shipped_models
 
-    source = _resolve_model(args.model)
+    against = args.against.split(",")
+    unknown = sorted(set(against) - {"tl", "hf"})
+    if unknown:
+        raise UsageError(f"--against takes tl and/or hf, got {','.join(unknown)}")
+    # A shipped model by its folder: transformers then reads the checkpoint itself.
+    source = shipped_models().get(args.model) or _resolve_model(args.model)
     processed = not args.unprocessed
     ours = (from_pretrained if processed else from_pretrained_no_processing)(source)
     if ours.tokenizer is not None:
@@ -80,10 +284,6 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     print(f"model: {args.model} ({ours.cfg.n_layers} layers, d_model {ours.cfg.d_model}, "
           f"{'processed' if processed else 'unprocessed'} weights); input: {shown}\n")
     reports = []
-    against = args.against.split(",")
-    unknown = sorted(set(against) - {"tl", "hf"})
-    if unknown:
-        raise SystemExit(f"error: --against takes tl and/or hf, got {','.join(unknown)}")
     if "tl" in against:
         reports.append(compare(ours, to_transformer_lens(source, processed), tokens))
     if "hf" in against:
@@ -97,31 +297,127 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     return 0 if ok else 1
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="interp-gpt", description="A readable, hookable GPT-2 for interpretability.")
-    sub = parser.add_subparsers(dest="command", required=True)
-    p = sub.add_parser(
-        "compare",
-        help="compare a model's logits and every activation against transformer-lens and Hugging Face",
-        description="Load MODEL into interp_gpt, transformer-lens and Hugging Face transformers and print, "
-        "per hook, the largest difference.",
-        epilog="examples:\n  interp-gpt compare\n  interp-gpt compare gpt2 --prompt 'Hello world'\n"
-        "  interp-gpt compare ./my-gpt2-folder --unprocessed --per-layer",
+# ----------------------------------------------------------------------------
+# the parser
+# ----------------------------------------------------------------------------
+def _subcommand(sub: Any, name: str, help: str, description: str, examples: list[str], usage: str | None = None) -> Any:
+    """One subcommand's parser, its examples in the epilog (shown by --help)."""
+    return sub.add_parser(
+        name, help=help, description=textwrap.fill(description, 88), usage=usage,
+        epilog="examples:\n" + "\n".join(f"  interp-gpt {name} {e}".rstrip() for e in examples),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("model", nargs="?", default=DEFAULT_MODEL,
-                   help=f"hub id, local folder or weights file (default: {DEFAULT_MODEL}, built offline from seed 0)")
+
+
+def _add_model_prompt(p: argparse.ArgumentParser) -> None:
+    """`[MODEL] PROMPT`: argparse fills `model` first, so `_model_and_prompt` sorts them out."""
+    p.add_argument("model", nargs="?", metavar="MODEL", help=f"optional; {_MODEL_HELP}")
+    p.add_argument("prompt", nargs="?", metavar="PROMPT", help="the text to run (quote it)")
+
+
+def _add_generate(sub: Any) -> None:
+    p = _subcommand(
+        sub, "generate", "continue a prompt with the model and print the text",
+        "Continue PROMPT token by token (sampling by default) and print the prompt with its continuation. "
+        "Generation stops early at the end-of-text token.",
+        ["'Once upon a time'", "tiny-gpt2 'ROMEO:' --max-new-tokens 80 --temperature 0.8 --top-k 40 --seed 1",
+         "gpt2 'The Eiffel Tower is in' --greedy"],
+        usage="interp-gpt generate [MODEL] PROMPT [options]",
+    )
+    _add_model_prompt(p)
+    p.add_argument("--max-new-tokens", type=int, default=40, metavar="N", help="tokens to add (default: 40)")
+    p.add_argument("--temperature", type=float, metavar="T", help="divide the logits by T before sampling (default: 1)")
+    p.add_argument("--top-k", type=int, metavar="K", help="sample among the K most likely tokens only")
+    p.add_argument("--top-p", type=float, metavar="P", help="sample among the most likely tokens whose probabilities add up to P")
+    p.add_argument("--greedy", action="store_true", help="always take the most likely token (no sampling)")
+    p.add_argument("--seed", type=int, metavar="S", help="seed the sampling, so the same command gives the same text")
+    p.set_defaults(func=_cmd_generate)
+
+
+def _add_attention(sub: Any) -> None:
+    p = _subcommand(
+        sub, "attention", "write an HTML page showing every head's attention on a prompt",
+        "Run PROMPT and write one self-contained HTML page (plotly.js inside, works offline) with the attention "
+        "pattern of every head, a layer menu and a head menu. Prints the path written.",
+        ["'The cat sat on the mat. The cat'", "tiny-gpt2 'ROMEO: But soft' --layer 1 --head 2 --out romeo.html"],
+        usage="interp-gpt attention [MODEL] PROMPT [options]",
+    )
+    _add_model_prompt(p)
+    p.add_argument("--layer", type=int, default=0, metavar="L", help="layer shown first (default: 0)")
+    p.add_argument("--head", type=int, default=0, metavar="H", help="head shown first (default: 0)")
+    p.add_argument("--out", default="attention.html", metavar="PAGE.html", help="where to write (default: attention.html)")
+    p.set_defaults(func=_cmd_attention)
+
+
+def _add_lens(sub: Any) -> None:
+    p = _subcommand(
+        sub, "lens", "print the logit lens: each layer's top next-token guess at each position",
+        "The logit lens: the residual stream entering each layer (and after the last, final_post) goes through "
+        "the final LayerNorm and the unembedding. One row per prompt position, one column per layer; each cell "
+        "is the top predicted next token (as a Python string literal, long ones cut with …) and its probability.",
+        ["'The cat sat on the mat. The cat sat on the'", "tiny-gpt2 'KING RICHARD' --top 3"],
+        usage="interp-gpt lens [MODEL] PROMPT [options]",
+    )
+    _add_model_prompt(p)
+    p.add_argument("--top", type=int, default=1, metavar="N", help="show the N most likely tokens per cell (default: 1)")
+    p.set_defaults(func=_cmd_lens)
+
+
+def _add_heads(sub: Any) -> None:
+    p = _subcommand(
+        sub, "heads", "score every attention head as previous-token, duplicate-token and induction head",
+        "Run the model on repeated random tokens and print, for every (layer, head), its mean attention to the "
+        "previous token, to earlier copies of the current token, and to the token after an earlier copy "
+        "(induction); then the top N heads for each score.",
+        ["", "tiny-gpt2 --top 5", "gpt2"],
+    )
+    p.add_argument("model", nargs="?", default=DEFAULT_MODEL, metavar="MODEL", help=_MODEL_HELP)
+    p.add_argument("--top", type=int, default=3, metavar="N", help="list the N best heads for each score (default: 3)")
+    p.set_defaults(func=_cmd_heads)
+
+
+def _add_compare(sub: Any) -> None:
+    p = _subcommand(
+        sub, "compare", "compare a model's logits and every activation against transformer-lens and Hugging Face",
+        "Load MODEL into interp_gpt, transformer-lens and Hugging Face transformers and print, per hook, "
+        "the largest difference.",
+        ["", "gpt2 --prompt 'Hello world'", "./my-gpt2-folder --unprocessed --per-layer"],
+    )
+    p.add_argument("model", nargs="?", default=DEFAULT_MODEL, metavar="MODEL", help=_MODEL_HELP)
     p.add_argument("--prompt", default=DEFAULT_PROMPT, help="text to run (default: an IOI-style sentence)")
     p.add_argument("--unprocessed", action="store_true", help="compare weights as stored (no fold_ln / centring)")
     p.add_argument("--per-layer", action="store_true", help="one row per hook instead of per hook family")
     p.add_argument("--against", default="tl,hf", help="references: tl, hf or tl,hf (default)")
     p.add_argument("--json", action="store_true", help="print the reports as JSON")
     p.set_defaults(func=_cmd_compare)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The `interp-gpt` parser and its subcommands (each with --help and examples)."""
+    parser = _Parser(
+        prog="interp-gpt", description="A readable, hookable GPT-2 for interpretability.",
+        epilog=f"MODEL defaults to {DEFAULT_MODEL}, the small model shipped with the package.\n\n"
+        "examples:\n  interp-gpt generate 'Once upon a time'\n  interp-gpt heads\n  interp-gpt SUBCOMMAND --help",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="SUBCOMMAND")
+    for add in (_add_generate, _add_attention, _add_lens, _add_heads, _add_compare):
+        add(sub)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    """Run `interp-gpt` with `argv` (default: sys.argv[1:]); returns the exit status.
+
+    Example:
+        >>> main(["generate", "Once upon a time", "--greedy", "--max-new-tokens", "5"])
+        Once upon a time, ...
+        0
+    """
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as e:  # --help (0), or an argparse error already printed (2)
+        return 0 if e.code is None else int(e.code)
     try:
         return int(args.func(args))
     except ModuleNotFoundError as e:
@@ -131,7 +427,7 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         raise
     except (OSError, ValueError) as e:
-        print(f"error: {e}", file=sys.stderr)
+        print(f"error: {' '.join(str(e).split())}", file=sys.stderr)  # one line, whatever the message
         return 2
 
 
