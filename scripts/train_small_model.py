@@ -20,6 +20,7 @@ from pathlib import Path
 import torch
 
 from interp_gpt import GPT, Config, save_hf_checkpoint
+from interp_gpt.inspect import head_scores
 from interp_gpt.model import lm_cross_entropy_loss
 from interp_gpt.tokenizer import train_bpe_tokenizer
 
@@ -128,7 +129,12 @@ def train(args: argparse.Namespace) -> dict:
         opt.step()
         losses.append(loss.item())
         if args.log_every and (step % args.log_every == 0 or step == args.steps - 1):
-            print(f"step {step:5d}  loss {loss.item():.4f}  lr {lr_at(step):.2e}  {time.time() - start:6.0f}s", flush=True)
+            # The best previous-token and induction scores so far: the induction head's
+            # appearance is a visible jump (no randomness of training is touched).
+            scores = head_scores(model, batch_size=4)
+            print(f"step {step:5d}  loss {loss.item():.4f}  lr {lr_at(step):.2e}  "
+                  f"prev-token {scores['previous token'].max():.2f}  induction {scores['induction'].max():.2f}  "
+                  f"{time.time() - start:6.0f}s", flush=True)
     seconds = time.time() - start
 
     model.eval()
