@@ -53,7 +53,7 @@ def random_gpt2_small(seed: int = 0, folder: str | os.PathLike | None = None) ->
     """A GPT-2-small-shaped Hugging Face checkpoint with seeded random weights (built once).
 
     Weights are N(0, 0.02) as GPT-2 initialises them; LayerNorm weights and every bias
-    get seeded noise too, so each weight-processing step (fold_ln, centring, value-bias
+    but the (absent) unembedding bias get seeded noise too, so each weight-processing step (fold_ln, centring, value-bias
     folding) has real work to do when it is compared.
     """
     import torch
@@ -72,7 +72,8 @@ def random_gpt2_small(seed: int = 0, folder: str | os.PathLike | None = None) ->
     gen = torch.Generator().manual_seed(seed + 1)
     with torch.no_grad():
         for name, p in model.named_parameters():
-            if not name.split(".")[-1].startswith("W_"):
+            # Not unembed.b_U: GPT-2's lm_head has no bias, so a checkpoint cannot hold one.
+            if not name.split(".")[-1].startswith("W_") and name != "unembed.b_U":
                 p.add_(torch.randn(p.shape, generator=gen) * 0.1)
     # Write beside the final folder and rename, so an interrupted build is never picked up.
     tmp = folder.with_name(folder.name + f".tmp{os.getpid()}")

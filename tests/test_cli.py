@@ -303,3 +303,15 @@ def test_compare_without_model_checks_tiny_gpt2(capsys):
     assert rc == 0, out + err
     assert out.startswith("model: tiny-gpt2 (2 layers")
     assert "transformer-lens" in out and "Hugging Face" in out and "all comparisons PASS" in out
+
+
+@pytest.mark.slow
+def test_random_gpt2_small_builds_a_gpt2_small_checkpoint(tmp_path):
+    from interp_gpt import from_pretrained_no_processing
+
+    folder = cli.random_gpt2_small(folder=tmp_path / "random")
+    model = from_pretrained_no_processing(folder, tokenizer=None)
+    assert (model.cfg.n_layers, model.cfg.d_model, model.cfg.d_vocab, model.cfg.n_ctx) == (12, 768, 50257, 1024)
+    assert model.unembed.b_U.abs().max() == 0  # GPT-2 has no unembedding bias
+    assert (model.blocks[0].ln1.w - 1).abs().max() > 0.05  # noise, so fold_ln has work to do
+    assert cli.random_gpt2_small(folder=folder) == folder  # built once, then reused
