@@ -405,9 +405,16 @@ def process_weights(
     center_unembed: bool = True,
     fold_value_biases: bool = True,
 ) -> dict[str, Tensor]:
-    """Apply transformer-lens' default processing, in its order, computing in float64."""
+    """Apply transformer-lens' default processing, in its order, computing in float64.
+
+    Works on `sd` in place (each tensor is replaced as it is converted, so at most one copy
+    of the weights lives at a time) and returns it; with every flag off it changes nothing.
+    """
+    if not (fold_ln or center_writing_weights or center_unembed or fold_value_biases):
+        return sd
     dtypes = {k: v.dtype for k, v in sd.items()}
-    sd = {k: v.double() for k, v in sd.items()}
+    for k in sd:
+        sd[k] = sd[k].double()
     if fold_ln:
         if cfg.normalization_type == "LN":
             fold_layer_norm(sd, cfg)
@@ -419,7 +426,9 @@ def process_weights(
         _center_unembed(sd)
     if fold_value_biases:
         _fold_value_biases(sd, cfg)
-    return {k: v.to(dtypes.get(k, torch.float32)) for k, v in sd.items()}
+    for k in sd:
+        sd[k] = sd[k].to(dtypes.get(k, torch.float32))
+    return sd
 
 
 # ----------------------------------------------------------------------------

@@ -482,3 +482,27 @@ def test_unknown_model_name_lists_the_known_ones(tmp_path, monkeypatch):
     monkeypatch.setattr(hc, "HF_HUB_CACHE", str(tmp_path / "hub"))
     with pytest.raises(OSError, match=r"Known names: .*gpt2-medium.*distilgpt2"):
         from_pretrained("gtp2")
+
+
+def test_processing_with_every_flag_off_copies_nothing(tiny_model):
+    from interp_gpt.loading import process_weights
+
+    sd = {k: v.detach() for k, v in tiny_model.state_dict().items() if "IGNORE" not in k and "mask" not in k}
+    before = {k: v.data_ptr() for k, v in sd.items()}
+    out = process_weights(sd, tiny_model.cfg, False, False, False, False)
+    assert out is sd and {k: v.data_ptr() for k, v in out.items()} == before
+
+
+def test_processing_replaces_tensors_and_leaves_the_source_model_untouched(tiny_model):
+    """In place on the dict (one copy of the weights at a time), never on the tensors it was given."""
+    from interp_gpt.loading import process_weights
+
+    sd = {k: v.detach() for k, v in tiny_model.state_dict().items() if "IGNORE" not in k and "mask" not in k}
+    originals = {k: v.clone() for k, v in sd.items()}
+    cfg = Config(**TINY)
+    out = process_weights(sd, cfg)
+    assert out is sd and cfg.normalization_type == "LNPre" and "blocks.0.ln1.w" not in out
+    for k, v in tiny_model.state_dict().items():
+        if k in originals:
+            assert torch.equal(v, originals[k]), k
+    assert out["blocks.0.attn.W_Q"].dtype == torch.float32
