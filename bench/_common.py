@@ -10,7 +10,6 @@ from __future__ import annotations
 import ctypes
 import gc
 import os
-import shutil
 import statistics
 import time
 from collections.abc import Callable
@@ -26,47 +25,11 @@ from torch import Tensor
 # ----------------------------------------------------------------------------
 def checkpoint(folder: str | os.PathLike | None = None, seed: int = 0) -> tuple[Path, str]:
     """A GPT-2-small-shaped Hugging Face checkpoint with seeded random weights, and how
-    it was made. Built once, then reused.
-
-    The project's `interp_gpt.cli.random_gpt2_small` builds it when it can. If that
-    refuses (it adds noise to `unembed.b_U`, which Hugging Face's bias-free lm_head
-    cannot store), we build the same thing with `b_U` left at zero.
-    """
+    it was made: `interp_gpt.cli.random_gpt2_small`, built once, then reused."""
     from interp_gpt.cli import _home, random_gpt2_small
 
     target = Path(folder) if folder else _home() / f"random-gpt2-small-seed{seed}"
-    try:
-        return random_gpt2_small(seed=seed, folder=target), "interp_gpt.cli.random_gpt2_small"
-    except ValueError as e:
-        # random_gpt2_small writes into <target>.tmp<pid> first; clear what it left.
-        shutil.rmtree(target.with_name(target.name + f".tmp{os.getpid()}"), ignore_errors=True)
-        fallback = target.with_name(target.name + "-bench")
-        return _random_gpt2_small_zero_b_U(fallback, seed), f"bench fallback, b_U = 0 (random_gpt2_small: {e})"
-
-
-def _random_gpt2_small_zero_b_U(folder: Path, seed: int) -> Path:
-    from interp_gpt.config import preset
-    from interp_gpt.loading import save_hf_checkpoint
-    from interp_gpt.model import GPT
-
-    if (folder / "model.safetensors").exists() and (folder / "config.json").exists():
-        return folder
-    with torch.device("meta"):
-        model = GPT(preset("gpt2"))
-    model = model.to_empty(device="cpu")
-    model.init_weights(seed)
-    gen = torch.Generator().manual_seed(seed + 1)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            # LayerNorm weights and biases get noise so that weight processing has work
-            # to do; b_U stays 0 because GPT-2's lm_head has no bias to save it in.
-            if not name.split(".")[-1].startswith("W_") and name != "unembed.b_U":
-                p.add_(torch.randn(p.shape, generator=gen) * 0.1)
-    tmp = folder.with_name(folder.name + f".tmp{os.getpid()}")  # rename at the end: never half-built
-    save_hf_checkpoint(model, tmp)
-    shutil.rmtree(folder, ignore_errors=True)
-    tmp.rename(folder)
-    return folder
+    return random_gpt2_small(seed=seed, folder=target), "interp_gpt.cli.random_gpt2_small"
 
 
 def random_tokens(batch: int, pos: int, d_vocab: int = 50257, seed: int = 0) -> Tensor:
