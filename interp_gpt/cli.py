@@ -266,14 +266,13 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     import torch
 
     from .compare import compare, to_transformer_lens, to_transformers
-    from .loading import from_pretrained, from_pretrained_no_processing, shipped_models
+    from .loading import from_pretrained, from_pretrained_no_processing
 
     against = args.against.split(",")
     unknown = sorted(set(against) - {"tl", "hf"})
     if unknown:
         raise UsageError(f"--against takes tl and/or hf, got {','.join(unknown)}")
-    # A shipped model by its folder: transformers then reads the checkpoint itself.
-    source = shipped_models().get(args.model) or _resolve_model(args.model)
+    source = _resolve_model(args.model)
     processed = not args.unprocessed
     ours = (from_pretrained if processed else from_pretrained_no_processing)(source)
     if ours.tokenizer is not None:

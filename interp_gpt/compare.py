@@ -266,6 +266,9 @@ def to_transformers(source: Any) -> Any:
     """
     import transformers
 
+    from .loading import resolve_shipped
+
+    source = resolve_shipped(source)
     if _is_transformers_model(source):
         return copy.deepcopy(source).eval()  # a copy: transformer-lens 4 rewrites the model it wraps
     if isinstance(source, (str, Path)) and Path(source).is_dir() and (Path(source) / "config.json").exists():
@@ -301,6 +304,9 @@ def to_transformer_lens(source: Any, processed: bool = True) -> Any:
     `convert_gpt2_weights`; 4.x: a `TransformerBridge` in compatibility mode.
     `processed` applies fold_ln, center_writing_weights, center_unembed, fold_value_biases.
     """
+    from .loading import resolve_shipped
+
+    source = resolve_shipped(source)
     hf = to_transformers(source)
     if transformer_lens_major() < 4:
         return _hooked_transformer(hf, processed)
@@ -310,14 +316,12 @@ def to_transformer_lens(source: Any, processed: bool = True) -> Any:
 def _own_tokenizer(source: Any) -> Any:
     """The tokenizer saved beside a checkpoint by `Tokenizer.save` (the shipped models have
     one), so a reference built from it tokenizes text as our model does; else None."""
-    from .loading import shipped_models
-    from .tokenizer import Tokenizer
+    from .tokenizer import saved_tokenizer
 
     if not isinstance(source, (str, os.PathLike)):
         return None
-    folder = shipped_models().get(str(source)) or Path(source).expanduser()
-    folder = folder.parent if folder.is_file() else folder
-    return Tokenizer.load(folder) if (folder / "interp_gpt_tokenizer.json").is_file() else None
+    folder = Path(source).expanduser()
+    return saved_tokenizer(folder.parent if folder.is_file() else folder)
 
 
 def _hooked_transformer(hf: Any, processed: bool) -> Any:

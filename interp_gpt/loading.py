@@ -40,6 +40,11 @@ def shipped_models() -> dict[str, Path]:
     if not SHIPPED_DIR.is_dir():
         return {}
     return {p.name: p for p in sorted(SHIPPED_DIR.iterdir()) if (p / "config.json").is_file()}
+
+
+def resolve_shipped(source: Any) -> Any:
+    """A shipped model's name -> its folder; any other source unchanged."""
+    return shipped_models().get(source, source) if isinstance(source, str) else source
 _WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin")
 # Buffers Hugging Face's GPT-2 stores in older checkpoints; they hold no weights.
 _HF_BUFFER = re.compile(r"(^|\.)h\.\d+\.attn\.(bias|masked_bias)$")
@@ -554,10 +559,10 @@ def from_pretrained_no_processing(source: Any, **kwargs: Any) -> GPT:
 
 
 def _auto_tokenizer(cfg: Config, folder: Path | None, from_hub: bool) -> Any:
-    from .tokenizer import Tokenizer, gpt2_tokenizer
+    from .tokenizer import gpt2_tokenizer, saved_tokenizer
 
-    if folder is not None and (folder / "interp_gpt_tokenizer.json").exists():  # saved by Tokenizer.save
-        return Tokenizer.load(folder)
+    if folder is not None and (saved := saved_tokenizer(folder)) is not None:
+        return saved
     has_files = folder is not None and (
         (folder / "tokenizer.json").exists() or (folder / "vocab.json").exists() or (folder / "encoder.json").exists()
     )

@@ -342,6 +342,12 @@ class Tokenizer:
             offset += len(chunk) + len(ENDOFTEXT)
 
 
+def saved_tokenizer(folder: str | os.PathLike[str]) -> Tokenizer | None:
+    """The tokenizer `Tokenizer.save` wrote into `folder`, or None if it holds none."""
+    folder = Path(folder)
+    return Tokenizer.load(folder) if (folder / _SIDECAR_FILE).is_file() else None
+
+
 def _is_int(value: object) -> bool:
     return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 

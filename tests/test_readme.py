@@ -5,8 +5,6 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-import pytest
-
 README = Path(__file__).resolve().parents[1] / "README.md"
 
 
@@ -21,7 +19,6 @@ def _python_block_under(heading: str) -> str:
 
 
 def test_cache_and_patch_example_runs_and_means_what_it_says():
-    pytest.importorskip("tqdm")
     namespace: dict = {}
     exec(compile(_python_block_under("Cache and patch"), "README.md (Cache and patch)", "exec"), namespace)
     model = namespace["model"]
