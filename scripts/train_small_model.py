@@ -6,7 +6,7 @@ a Hugging Face GPT-2 folder (config.json + model.safetensors) plus its tokenizer
 interp_gpt, transformer-lens and transformers all load it like any GPT-2 checkpoint.
 
     python scripts/train_small_model.py                    # the shipped model
-    python scripts/train_small_model.py --steps 20 --out /tmp/try   # a quick look
+    python scripts/train_small_model.py --max-steps 20 --out /tmp/try   # a quick look
 """
 
 from __future__ import annotations
@@ -48,55 +48,86 @@ def split(ids: torch.Tensor, frac: float = 0.9) -> tuple[torch.Tensor, torch.Ten
 
 
 def batch(
-    data: list[torch.Tensor], batch_size: int, n_ctx: int, gen: torch.Generator,
-    repeat_frac: float = 0.0, vocab: int | None = None,
+    data: list[torch.Tensor], batch_size: int, n_ctx: int, gen: torch.Generator, bos: int,
+    random_frac: float = 0.0, passage_frac: float = 0.0,
 ) -> torch.Tensor:
-    """Random windows of n_ctx tokens, from each corpus in proportion to its size.
+    """`batch_size` rows of `n_ctx` tokens: end-of-text (GPT-2's BOS), then a random window
+    of text, from each corpus in proportion to its size.
 
-    A `repeat_frac` share of the rows repeat something, so that in-context copying pays off
-    within a short CPU run (it is what grows a previous-token head and an induction head;
-    natural text repeats itself too, names and refrains, but too rarely inside one window
-    for a 2-layer model to learn copying in a few thousand steps):
-      * half of them read a passage P of h tokens (n_ctx/8 <= h <= n_ctx/2), then start P
-        again and read on: "P continuation" becomes "P P continuation";
-      * the other half are h tokens drawn uniformly from the vocabulary (`vocab`, the
-        end-of-text id excluded), then the same h tokens again, then the window's text:
-        the copying task on which induction heads are known to form fastest.
+    Some rows repeat something, so that in-context copying pays off within a short CPU run
+    (natural text repeats itself too, names and refrains, but too rarely inside one short
+    window for a 2-layer model to learn copying in a few thousand steps). For a body of
+    h tokens (n_ctx/16 <= h <= n_ctx/2):
+      * a `random_frac` share are h tokens drawn uniformly from the vocabulary (end-of-text
+        excluded), the same h tokens again, then text: the copying task on which induction
+        heads form fastest, and the one the induction score measures;
+      * a `passage_frac` share read a passage P of h tokens, then P again and read on.
     """
     sizes = torch.tensor([len(d) - n_ctx for d in data], dtype=torch.float64)
     which = torch.multinomial(sizes / sizes.sum(), batch_size, replacement=True, generator=gen)
-    kind = torch.rand(batch_size, generator=gen)  # < repeat_frac/2: passage; < repeat_frac: random
-    lengths = torch.randint(n_ctx // 8, n_ctx // 2 + 1, (batch_size,), generator=gen)
+    kind = torch.rand(batch_size, generator=gen)
+    body = n_ctx - 1
+    lengths = torch.randint(max(2, n_ctx // 16), body // 2 + 1, (batch_size,), generator=gen)
     rows = []
     for w, k, h in zip(which.tolist(), kind.tolist(), lengths.tolist(), strict=True):
         start = int(torch.randint(0, len(data[w]) - n_ctx, (1,), generator=gen))
-        window = data[w][start : start + n_ctx]
-        if k < repeat_frac / 2:
-            window = torch.cat([window[:h], window[: n_ctx - h]])
-        elif k < repeat_frac:
-            if vocab is None:
-                raise ValueError("batch: random-token repeats need vocab=")
-            seq = torch.randint(0, vocab - 1, (h,), generator=gen).to(window.dtype)
-            window = torch.cat([seq, seq, window[: n_ctx - 2 * h]])
-        rows.append(window)
-    return torch.stack(rows).long()
+        window = data[w][start : start + body].long()
+        if k < random_frac:
+            seq = torch.randint(0, bos, (h,), generator=gen)  # every id below end-of-text
+            window = torch.cat([seq, seq, window])[:body]
+        elif k < random_frac + passage_frac:
+            window = torch.cat([window[:h], window])[:body]
+        rows.append(torch.cat([torch.tensor([bos]), window]))
+    return torch.stack(rows)
+
+
+def parse_stages(text: str) -> list[tuple[int, int]]:
+    """"32:1500,128:1000" -> [(32, 1500), (128, 1000)]: (context length, steps) per stage."""
+    try:
+        stages = [tuple(int(x) for x in part.split(":")) for part in text.split(",")]
+    except ValueError:
+        stages = []
+    if not stages or any(len(st) != 2 or st[0] < 4 or st[1] < 0 for st in stages):
+        raise ValueError(f"--stages: expected 'CTX:STEPS,CTX:STEPS,...' (CTX >= 4), got {text!r}")
+    return stages  # type: ignore[return-value]
+
+
+def tied_logits(model: GPT, tokens: torch.Tensor) -> torch.Tensor:
+    """Logits with the unembedding tied to the embedding (W_U = W_E^T), as GPT-2 trains.
+
+    Tying is what lets a copying circuit work for every token at once: a head that moves
+    a token's embedding forward raises that token's own logit, rare tokens included.
+    """
+    resid = model(tokens, stop_at_layer=model.cfg.n_layers)
+    return model.ln_final(resid) @ model.embed.W_E.T
+
+
+def untie(model: GPT) -> None:
+    """Write the tied unembedding into W_U, so the saved model computes what was trained."""
+    with torch.no_grad():
+        model.unembed.W_U.copy_(model.embed.W_E.T)
 
 
 def train(args: argparse.Namespace) -> dict:
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
+    stages = parse_stages(args.stages)
+    n_ctx = max(ctx for ctx, _ in stages)
+    total_steps = sum(steps for _, steps in stages)
     texts = load_corpus(Path(args.data))
     # A byte-level BPE learned from the corpora: word-sized tokens, so a repeated name is
     # one repeated token, which is what induction heads look for; any text encodes.
     tok = train_bpe_tokenizer(texts, args.vocab, name=NAME)
     encoded = [torch.tensor(tok.encode(t), dtype=torch.int16) for t in texts]
-    train_data, val_data = zip(*(split(e) for e in encoded), strict=True)
+    train_data, val_data = (list(d) for d in zip(*(split(e) for e in encoded), strict=True))
+    eot = tok.eos_token_id
 
     cfg = Config(n_layers=args.layers, d_model=args.d_model, n_heads=args.heads, d_vocab=tok.vocab_size,
-                 n_ctx=args.ctx, model_name=NAME, tokenizer_name=NAME)
+                 n_ctx=n_ctx, model_name=NAME, tokenizer_name=NAME)
     model = GPT(cfg, tokenizer=tok)
     model.init_weights(args.seed)
-    # GPT-2 has no unembedding bias (Hugging Face's lm_head has none): keep b_U at zero.
+    # W_U is tied to W_E while training (see tied_logits) and GPT-2 has no unembedding bias.
+    model.unembed.W_U.requires_grad_(False)
     model.unembed.b_U.requires_grad_(False)
     # Weight decay on the matrices, not on the embeddings: decay would shrink the rows of
     # rare tokens towards zero, and a head can then no longer tell them apart.
@@ -112,43 +143,59 @@ def train(args: argparse.Namespace) -> dict:
     def lr_at(step: int) -> float:  # linear warm-up, then cosine decay to 10%
         if step < args.warmup:
             return args.lr * (step + 1) / args.warmup
-        progress = (step - args.warmup) / max(1, args.steps - args.warmup)
+        progress = (step - args.warmup) / max(1, total_steps - args.warmup)
         return args.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress)))
 
     losses = []
     start = time.time()
     model.train()
-    for step in range(args.steps):
-        for group in opt.param_groups:
-            group["lr"] = lr_at(step)
-        tokens = batch(list(train_data), args.batch, args.ctx, gen, args.repeat_frac, tok.vocab_size)
-        loss = lm_cross_entropy_loss(model(tokens), tokens)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        losses.append(loss.item())
-        if args.log_every and (step % args.log_every == 0 or step == args.steps - 1):
-            # The best previous-token and induction scores so far: the induction head's
-            # appearance is a visible jump (no randomness of training is touched).
-            scores = head_scores(model, batch_size=4)
-            print(f"step {step:5d}  loss {loss.item():.4f}  lr {lr_at(step):.2e}  "
-                  f"prev-token {scores['previous token'].max():.2f}  induction {scores['induction'].max():.2f}  "
-                  f"{time.time() - start:6.0f}s", flush=True)
+    step = 0
+    # A curriculum on the context: short windows first. At the start every head attends
+    # almost evenly to all earlier positions, so the signal that grows a previous-token
+    # head and an induction head on top of it is diluted by the window's length; in short
+    # windows it is strong, and the heads then carry over to longer ones. Every stage
+    # sees about the same number of tokens per step (more rows when they are short).
+    last = total_steps if args.max_steps is None else min(total_steps, args.max_steps)
+    for ctx, steps in stages:
+        rows = max(1, args.batch * n_ctx // ctx)
+        for _ in range(min(steps, last - step)):
+            for group in opt.param_groups:
+                group["lr"] = lr_at(step)
+            tokens = batch(train_data, rows, ctx, gen, eot, args.random_frac, args.passage_frac)
+            loss = lm_cross_entropy_loss(tied_logits(model, tokens), tokens)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+            losses.append(loss.item())
+            if args.log_every and (step % args.log_every == 0 or step == last - 1):
+                # The best previous-token and induction scores so far, on repeated random
+                # tokens that fit this stage's window: the induction head's appearance is
+                # a visible jump (no randomness of training is touched).
+                scores = head_scores(model, seq_len=min(50, (ctx - 1) // 2), batch_size=4)
+                print(f"step {step:5d}  ctx {ctx:4d}  loss {loss.item():.4f}  lr {lr_at(step):.2e}  "
+                      f"prev-token {scores['previous token'].max():.2f}  induction {scores['induction'].max():.2f}  "
+                      f"{time.time() - start:6.0f}s", flush=True)
+            step += 1
     seconds = time.time() - start
+    untie(model)
 
     model.eval()
     eval_gen = torch.Generator().manual_seed(12345)
     with torch.no_grad():
         final = {
             name: sum(lm_cross_entropy_loss(model(b), b).item()
-                      for b in (batch(list(data), args.batch, args.ctx, eval_gen) for _ in range(args.eval_batches)))
+                      for b in (batch(data, args.batch, n_ctx, eval_gen, eot) for _ in range(args.eval_batches)))
             / args.eval_batches
             for name, data in (("train", train_data), ("val", val_data))
         }
+        scores = head_scores(model)
     summary = {
-        "seed": args.seed, "steps": args.steps, "repeat_frac": args.repeat_frac, "batch": args.batch, "threads": args.threads,
+        "seed": args.seed, "stages": args.stages, "steps": step, "batch": args.batch, "lr": args.lr,
+        "random_frac": args.random_frac, "passage_frac": args.passage_frac, "threads": args.threads,
         "train_seconds": round(seconds, 1), "train_loss": round(final["train"], 4), "val_loss": round(final["val"], 4),
+        "best_previous_token_score": round(float(scores["previous token"].max()), 4),
+        "best_induction_score": round(float(scores["induction"].max()), 4),
         "config": cfg.to_dict(), "losses_first": losses[:5],
     }
     if args.out:
@@ -166,20 +213,24 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--data", default=str(DEFAULT_DATA), help="folder with the corpora")
     p.add_argument("--out", default=str(DEFAULT_OUT), help="where to save ('' to save nothing)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--steps", type=int, default=3000)
-    p.add_argument("--batch", type=int, default=32)
-    p.add_argument("--ctx", type=int, default=128)
+    p.add_argument("--stages", default="32:1500,64:1000,128:1500",
+                   help="context-length curriculum, CTX:STEPS,... (the last CTX is the model's n_ctx)")
+    p.add_argument("--max-steps", dest="max_steps", type=int, default=None,
+                   help="stop after this many steps in all (a quick look; the schedule is the stages')")
+    p.add_argument("--batch", type=int, default=32, help="rows per step at the full context (more when shorter)")
     p.add_argument("--vocab", type=int, default=2048, help="BPE vocabulary size, <|endoftext|> included")
     p.add_argument("--layers", type=int, default=2)
     p.add_argument("--d-model", dest="d_model", type=int, default=128)
     p.add_argument("--heads", type=int, default=4)
-    p.add_argument("--lr", type=float, default=3e-3)
+    p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--warmup", type=int, default=100)
-    p.add_argument("--repeat-frac", dest="repeat_frac", type=float, default=0.5,
-                   help="share of training rows that repeat a passage (see batch())")
+    p.add_argument("--random-frac", dest="random_frac", type=float, default=0.5,
+                   help="share of rows that repeat random tokens (see batch())")
+    p.add_argument("--passage-frac", dest="passage_frac", type=float, default=0.1,
+                   help="share of rows that repeat a passage of text (see batch())")
     p.add_argument("--threads", type=int, default=2, help="fixed for reproducibility")
     p.add_argument("--eval-batches", dest="eval_batches", type=int, default=20)
-    p.add_argument("--log-every", dest="log_every", type=int, default=100)
+    p.add_argument("--log-every", dest="log_every", type=int, default=250)
     return p
 
 
