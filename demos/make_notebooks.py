@@ -737,6 +737,21 @@ NB03 = [
     ),
     md(
         """
+        A model can have more than one induction head (the shipped tiny-gpt2 has two in
+        layer 1, both scoring about 0.86), and then zeroing one leaves the other to do much
+        of the copying. Zero every head that scores above 0.5 together:
+        """
+    ),
+    code(
+        """
+        induction_heads = [(int(layer), int(head)) for layer, head in (scores["induction"] > 0.5).nonzero()]
+        ablate_all = [(get_act_name("z", layer), partial(zero_head, head=head)) for layer, head in induction_heads]
+        print("induction heads:", [f"L{layer}H{head}" for layer, head in induction_heads])
+        print("loss on copy 1 / copy 2, all of them ablated: {:.3f} / {:.3f}".format(*halves_loss(clean_full, ablate_all)))
+        """
+    ),
+    md(
+        """
         Every head, one at a time: how much the loss on the second copy rises when it is
         zeroed. The induction circuit needs both a previous-token head (to write "the
         token before me" into each position) and an induction head (to look it up), so
