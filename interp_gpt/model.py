@@ -169,12 +169,12 @@ class Attention(nn.Module):
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     def project(self, x: Resid, W: Tensor, b: Tensor) -> Float[Tensor, "batch posn n_heads d_head"]:
-        if x.ndim == 4:  # one input per head (use_split_qkv_input / use_attn_in)
-            return einops.einsum(
-                x, W, "batch posn n_heads d_model, n_heads d_model d_head -> batch posn n_heads d_head"
-            ) + b
+        if x.ndim == 3:  # one input shared by all heads (else one per head: use_split_qkv_input)
+            # A broadcast view, no memory: with heads as a batch axis the einsum reads W where it
+            # lies instead of copying it into one [d_model, n_heads*d_head] matrix on every call.
+            x = einops.repeat(x, "batch posn d_model -> batch posn n_heads d_model", n_heads=W.shape[0])
         return einops.einsum(
-            x, W, "batch posn d_model, n_heads d_model d_head -> batch posn n_heads d_head"
+            x, W, "batch posn n_heads d_model, n_heads d_model d_head -> batch posn n_heads d_head"
         ) + b
 
     def forward(

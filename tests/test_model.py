@@ -502,3 +502,21 @@ def test_gelu_new_is_gpt2s_tanh_formula():
     x = torch.linspace(-8, 8, 10001, dtype=torch.float64)
     written_out = 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x**3)))
     torch.testing.assert_close(gelu_new(x), written_out, atol=1e-12, rtol=0)
+
+
+@pytest.mark.parametrize("shape", [(1, 1), (3, 7)])
+def test_q_k_v_projections_equal_the_einsum_and_copy_no_weights(tiny_model, shape):
+    """project() computes "batch posn d_model, n_heads d_model d_head" with heads as a batch
+    axis, so W_Q/W_K/W_V are read where they lie: no copy of a weight per call (one token
+    per step in generation paid a full copy of all three before)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    attn = tiny_model.blocks[0].attn
+    x = torch.randn(*shape, tiny_model.cfg.d_model)
+    expected = torch.einsum("bpd,hde->bphe", x, attn.W_Q) + attn.b_Q
+    with torch.inference_mode():
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            out = attn.project(x, attn.W_Q, attn.b_Q)
+    torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-6)
+    copies = [e.key for e in prof.key_averages() if e.key in ("aten::copy_", "aten::clone", "aten::contiguous")]
+    assert copies == [], f"project() copied something: {copies}"
