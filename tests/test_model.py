@@ -520,3 +520,27 @@ def test_q_k_v_projections_equal_the_einsum_and_copy_no_weights(tiny_model, shap
     torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-6)
     copies = [e.key for e in prof.key_averages() if e.key in ("aten::copy_", "aten::clone", "aten::contiguous")]
     assert copies == [], f"project() copied something: {copies}"
+
+
+@pytest.mark.parametrize("d_vocab, shape", [(5000, (2, 40)), (4097, (1, 64)), (5000, (1, 63))])
+def test_unembed_gives_the_plain_einsum_on_every_path(d_vocab, shape):
+    """Without autograd, on the CPU, for 64+ positions and a vocabulary over 4,096 the unembed
+    computes its matmul a vocabulary slice at a time (the last slice partial here); with
+    autograd on, or a short input, in one einsum. Each equals x @ W_U + b_U, and a hook on
+    hook_out sees the same logits."""
+    torch.manual_seed(0)
+    unembed = GPT(Config(n_layers=1, d_model=16, n_heads=2, d_head=8, d_mlp=32, n_ctx=64, d_vocab=d_vocab)).unembed
+    torch.nn.init.normal_(unembed.W_U)
+    torch.nn.init.normal_(unembed.b_U)
+    x = torch.randn(*shape, 16)
+    expected = x @ unembed.W_U.detach() + unembed.b_U.detach()
+    seen = []
+    unembed.hook_out.add_hook(lambda t, hook: seen.append(t.clone()))
+    with torch.inference_mode():
+        sliced = unembed(x)
+    with_grad = unembed(x)
+    unembed.hook_out.remove_hooks()
+    torch.testing.assert_close(sliced, expected, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(with_grad, expected, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(seen[0], expected, rtol=1e-5, atol=1e-5)
+    assert with_grad.requires_grad
