@@ -202,13 +202,20 @@ class Attention(nn.Module):
             allowed = allowed & attention_mask[:, None, None, :].bool()  # [batch, 1, q_pos, k_pos]
 
         if self.hook_attn_scores.has_hooks or self.hook_pattern.has_hooks:
+            # q / sqrt(d_head) before the product (the same maths as scaling the scores, exactly
+            # so for d_head = 64) and the mask written in place: on a long context each pass
+            # over a fresh [batch, n_heads, q_pos, k_pos] tensor costs as much as a matmul.
             scores = einops.einsum(
-                q, k, "batch q_pos n_heads d_head, batch k_pos n_heads d_head -> batch n_heads q_pos k_pos"
-            ) / math.sqrt(self.cfg.d_head)
-            scores = self.hook_attn_scores(torch.where(allowed, scores, self.IGNORE))
+                q / math.sqrt(self.cfg.d_head), k,
+                "batch q_pos n_heads d_head, batch k_pos n_heads d_head -> batch n_heads q_pos k_pos",
+            )
+            scores = self.hook_attn_scores(scores.masked_fill_(~allowed, self.IGNORE))
             pattern = scores.softmax(dim=-1)
-            # A padding query that may attend to nothing has a row of -inf -> NaN; make it 0.
-            pattern = self.hook_pattern(torch.where(pattern.isnan(), 0.0, pattern))
+            if attention_mask is not None:
+                # A padding query that may attend to nothing has a row of -inf -> NaN; make it 0.
+                # (Without padding every query sees at least itself.)
+                pattern = torch.where(pattern.isnan(), 0.0, pattern)
+            pattern = self.hook_pattern(pattern)
             z = einops.einsum(
                 v, pattern, "batch k_pos n_heads d_head, batch n_heads q_pos k_pos -> batch q_pos n_heads d_head"
             )

@@ -544,3 +544,32 @@ def test_unembed_gives_the_plain_einsum_on_every_path(d_vocab, shape):
     torch.testing.assert_close(with_grad, expected, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(seen[0], expected, rtol=1e-5, atol=1e-5)
     assert with_grad.requires_grad
+
+
+@pytest.mark.parametrize("side", ["left", "right"])
+def test_hooked_attention_path_with_padding_has_no_nan_and_the_fast_paths_logits(tiny_model, side):
+    """A hook on hook_pattern switches to the written-out attention (scaled q, mask filled in
+    place, NaN rows of padding queries zeroed); its logits equal the fused path's."""
+    _, tokens, mask = _padded_batch(side)
+    fast = tiny_model(tokens, attention_mask=mask)
+    hooked, cache = tiny_model.run_with_cache(tokens, attention_mask=mask, names_filter=lambda n: n.endswith("hook_pattern"))
+    torch.testing.assert_close(hooked, fast, atol=1e-5, rtol=0)
+    for L in range(tiny_model.cfg.n_layers):
+        pattern = cache["pattern", L]
+        assert torch.isfinite(pattern).all()
+        sums = pattern.sum(-1)  # [batch, n_heads, q_pos]: 1 for a query that sees a token, 0 for none
+        assert set(sums.round(decimals=5).unique().tolist()) <= {0.0, 1.0}
+
+
+def test_hooked_attention_path_gives_the_fast_paths_gradients(tiny_model, tiny_tokens):
+    """The in-place mask fill on the scores must not break autograd: grads through the hooked
+    path equal grads through scaled_dot_product_attention."""
+    tiny_model.zero_grad()
+    tiny_model(tiny_tokens, return_type="loss").backward()
+    fast = {n: p.grad.clone() for n, p in tiny_model.named_parameters()}
+    tiny_model.zero_grad()
+    tiny_model.run_with_hooks(
+        tiny_tokens, return_type="loss", fwd_hooks=[(lambda n: n.endswith("hook_pattern"), lambda t, hook: t)]
+    ).backward()
+    for n, p in tiny_model.named_parameters():
+        torch.testing.assert_close(p.grad, fast[n], atol=1e-5, rtol=1e-4, msg=n)
