@@ -346,30 +346,39 @@ def _raise_if_bad(name: str, missing: list[str], unexpected: list[str], misshape
 # ----------------------------------------------------------------------------
 # Weight processing (transformer-lens' defaults)
 # ----------------------------------------------------------------------------
+# Each step edits the tensors of `sd` in place and does its work on whatever part of the
+# model `sd` holds (a layer, the embeddings, the unembedding), so that process_weights can
+# take the model one part at a time and hold only that part in float64.
+def _layers_in(sd: Mapping[str, Tensor], cfg: Config) -> list[int]:
+    return [L for L in range(cfg.n_layers) if any(k.startswith(f"blocks.{L}.") for k in sd)]
+
+
 def fold_layer_norm(sd: dict[str, Tensor], cfg: Config, center_weights: bool = True) -> None:
     """Fold each LayerNorm's weight and bias into the layer that reads its output.
 
     LN(x) @ W + b_W  ==  LNPre(x) @ (w[:, None] * W) + (b @ W + b_W), so after this the
-    LayerNorms only centre and scale (cfg becomes "LNPre"). With `center_weights` the
-    reading weights are also centred along d_model: LNPre's output has zero mean, so a
+    LayerNorms only centre and scale (the caller sets cfg to "LNPre"). With `center_weights`
+    the reading weights are also centred along d_model: LNPre's output has zero mean, so a
     constant added along that axis changes nothing.
     """
-    def fold(ln: str, weights: list[tuple[str, str]], d_model_axis: int) -> None:
+    def fold(ln: str, readers: list[tuple[str, str]], d_model_axis: int) -> None:
+        if f"{ln}.w" not in sd:
+            return
         w, b = sd.pop(f"{ln}.w"), sd.pop(f"{ln}.b")
-        shape = [1] * sd[weights[0][0]].ndim
+        shape = [1] * sd[readers[0][0]].ndim
         shape[d_model_axis] = -1
-        for W_key, b_key in weights:
+        for W_key, b_key in readers:
             W = sd[W_key]
-            sd[b_key] = sd[b_key] + (W * b.reshape(shape)).sum(d_model_axis)
-            W = W * w.reshape(shape)
-            sd[W_key] = W - W.mean(d_model_axis, keepdim=True) if center_weights else W
+            sd[b_key] += torch.tensordot(b, W, dims=([0], [d_model_axis]))  # b @ W along d_model
+            W.mul_(w.reshape(shape))
+            if center_weights:
+                W.sub_(W.mean(d_model_axis, keepdim=True))
 
-    for L in range(cfg.n_layers):
+    for L in _layers_in(sd, cfg):
         q = f"blocks.{L}."
         fold(q + "ln1", [(q + f"attn.W_{X}", q + f"attn.b_{X}") for X in "QKV"], d_model_axis=1)
         fold(q + "ln2", [(q + "mlp.W_in", q + "mlp.b_in")], d_model_axis=0)
     fold("ln_final", [("unembed.W_U", "unembed.b_U")], d_model_axis=0)
-    cfg.normalization_type = "LNPre"
 
 
 def center_writing_weights(sd: dict[str, Tensor], cfg: Config) -> None:
@@ -380,22 +389,23 @@ def center_writing_weights(sd: dict[str, Tensor], cfg: Config) -> None:
     """
     for key in ["embed.W_E", "pos_embed.W_pos"] + [f"blocks.{L}.{m}" for L in range(cfg.n_layers)
                                                    for m in ("attn.W_O", "attn.b_O", "mlp.W_out", "mlp.b_out")]:
-        sd[key] = sd[key] - sd[key].mean(-1, keepdim=True)
+        if key in sd:
+            sd[key].sub_(sd[key].mean(-1, keepdim=True))
 
 
 def center_unembed(sd: dict[str, Tensor]) -> None:
     """Subtract each position's mean logit (softmax is unchanged by a shift)."""
-    sd["unembed.W_U"] = sd["unembed.W_U"] - sd["unembed.W_U"].mean(-1, keepdim=True)
-    sd["unembed.b_U"] = sd["unembed.b_U"] - sd["unembed.b_U"].mean()
+    if "unembed.W_U" in sd:
+        sd["unembed.W_U"].sub_(sd["unembed.W_U"].mean(-1, keepdim=True))
+        sd["unembed.b_U"].sub_(sd["unembed.b_U"].mean())
 
 
 def fold_value_biases(sd: dict[str, Tensor], cfg: Config) -> None:
     """Move b_V into b_O: each pattern row sums to 1, so sum_k p_k (v_k + b_V) W_O = ... + b_V W_O."""
-    for L in range(cfg.n_layers):
+    for L in _layers_in(sd, cfg):
         q = f"blocks.{L}.attn."
-        sd[q + "b_O"] = sd[q + "b_O"] + einops.einsum(
-            sd[q + "b_V"], sd[q + "W_O"], "n_heads d_head, n_heads d_head d_model -> d_model")
-        sd[q + "b_V"] = torch.zeros_like(sd[q + "b_V"])
+        sd[q + "b_O"] += einops.einsum(sd[q + "b_V"], sd[q + "W_O"], "n_heads d_head, n_heads d_head d_model -> d_model")
+        sd[q + "b_V"].zero_()
 
 
 # process_weights' flags share these functions' names.
@@ -409,30 +419,53 @@ def process_weights(
     center_writing_weights: bool = True,
     center_unembed: bool = True,
     fold_value_biases: bool = True,
+    *,
+    inplace: bool = False,
 ) -> dict[str, Tensor]:
     """Apply transformer-lens' default processing, in its order, computing in float64.
 
-    Works on `sd` in place (each tensor is replaced as it is converted, so at most one copy
-    of the weights lives at a time) and returns it; with every flag off it changes nothing.
+    Works on the dict `sd` in place and returns it. One part of the model at a time (a
+    layer, the embeddings, the unembedding) is copied to float64 and processed, so GPT-2's
+    float64 copy (twice its size) never exists at once; every step touches one part only,
+    so this equals running each step over the whole model in turn. The results replace
+    the dict's entries in their own dtype, or with `inplace=True` are written into the
+    tensors `sd` holds (no new memory; only for tensors that are the caller's to change, as
+    from_pretrained's freshly read ones are). With every flag off it changes nothing.
     """
     if not (fold_ln or center_writing_weights or center_unembed or fold_value_biases):
         return sd
-    dtypes = {k: v.dtype for k, v in sd.items()}
-    for k in sd:
-        sd[k] = sd[k].double()
-    if fold_ln:
-        if cfg.normalization_type == "LN":
-            fold_layer_norm(sd, cfg)
-        elif cfg.normalization_type != "LNPre":
-            raise ValueError(f"fold_ln: cannot fold normalization_type={cfg.normalization_type!r}")
-    if center_writing_weights:
-        _center_writing_weights(sd, cfg)
-    if center_unembed:
-        _center_unembed(sd)
-    if fold_value_biases:
-        _fold_value_biases(sd, cfg)
-    for k in sd:
-        sd[k] = sd[k].to(dtypes.get(k, torch.float32))
+    if fold_ln and cfg.normalization_type not in ("LN", "LNPre"):
+        raise ValueError(f"fold_ln: cannot fold normalization_type={cfg.normalization_type!r}")
+    fold = fold_ln and cfg.normalization_type == "LN"
+    embeds = ("embed.", "pos_embed.")
+    parts = [[k for k in sd if k.startswith(f"blocks.{L}.")] for L in range(cfg.n_layers)]
+    parts.append([k for k in sd if k.startswith(embeds)])
+    parts.append([k for k in sd if not k.startswith(("blocks.", *embeds))])  # ln_final, unembed
+    # One float64 buffer, the size of the largest part, holds each part in turn: fresh memory
+    # is paid for once, not once per part (on a VM, first-touching a page is what costs).
+    scratch = torch.empty(max(sum(sd[k].numel() for k in keys) for keys in parts), dtype=torch.float64)
+    for keys in parts:
+        part, used = {}, 0
+        for k in keys:
+            part[k] = scratch[used:used + sd[k].numel()].view(sd[k].shape).copy_(sd[k])
+            used += sd[k].numel()
+        if fold:
+            fold_layer_norm(part, cfg)
+        if center_writing_weights:
+            _center_writing_weights(part, cfg)
+        if center_unembed:
+            _center_unembed(part)
+        if fold_value_biases:
+            _fold_value_biases(part, cfg)
+        for k in keys:
+            if k not in part:  # a LayerNorm folded away
+                del sd[k]
+            elif inplace:
+                sd[k].copy_(part.pop(k))
+            else:
+                sd[k] = part.pop(k).to(sd[k].dtype, copy=True)
+    if fold:
+        cfg.normalization_type = "LNPre"
     return sd
 
 
@@ -536,7 +569,9 @@ def from_pretrained(
         >>> model = from_pretrained("./ckpt", fold_ln=False)      # local folder
     """
     cfg, sd, folder = load_source(source, config)
-    sd = process_weights(sd, cfg, fold_ln, center_writing_weights, center_unembed, fold_value_biases)
+    # Weights read from a file are ours alone: process them where they lie (no second copy).
+    from_file = isinstance(source, (str, os.PathLike))
+    sd = process_weights(sd, cfg, fold_ln, center_writing_weights, center_unembed, fold_value_biases, inplace=from_file)
     with torch.device("meta"):
         model = GPT(cfg)
     expected = dict(model.named_parameters())

@@ -506,3 +506,42 @@ def test_processing_replaces_tensors_and_leaves_the_source_model_untouched(tiny_
         if k in originals:
             assert torch.equal(v, originals[k]), k
     assert out["blocks.0.attn.W_Q"].dtype == torch.float32
+
+
+def test_processing_in_place_writes_into_the_given_tensors_with_the_same_result(tiny_model):
+    """inplace=True (what from_pretrained uses for weights it read from a file) puts each
+    result into the tensor the dict held; the numbers equal those of the default mode."""
+    from interp_gpt.loading import process_weights
+
+    def fresh() -> dict[str, torch.Tensor]:
+        return {k: v.detach().clone() for k, v in tiny_model.state_dict().items() if "IGNORE" not in k and "mask" not in k}
+
+    replaced = process_weights(fresh(), Config(**TINY))
+    sd = fresh()
+    ptrs = {k: v.data_ptr() for k, v in sd.items()}
+    out = process_weights(sd, Config(**TINY), inplace=True)
+    assert out is sd and sorted(out) == sorted(replaced)
+    for k, v in out.items():
+        assert v.data_ptr() == ptrs[k], f"{k} was replaced, not written in place"
+        assert torch.equal(v, replaced[k]), k
+
+
+def test_from_pretrained_of_a_model_object_leaves_its_weights_alone(hf_gpt2_factory):
+    """Only weights read from a file are processed where they lie; a transformers model's
+    own parameters must come through unchanged."""
+    hf = hf_gpt2_factory(seed=5)
+    before = {k: v.clone() for k, v in hf.state_dict().items()}
+    model = from_pretrained(hf, tokenizer=None)
+    assert model.cfg.normalization_type == "LNPre"
+    for k, v in hf.state_dict().items():
+        assert torch.equal(v, before[k]), k
+
+
+def test_processed_load_from_a_folder_equals_processing_the_model_object(hf_gpt2_factory, tmp_path):
+    hf = hf_gpt2_factory(seed=6)
+    hf.save_pretrained(tmp_path)
+    from_folder = from_pretrained(tmp_path, tokenizer=None).state_dict()
+    from_object = from_pretrained(hf, tokenizer=None).state_dict()
+    assert sorted(from_folder) == sorted(from_object)
+    for k in from_folder:
+        torch.testing.assert_close(from_folder[k], from_object[k], rtol=0, atol=0, msg=k)
