@@ -380,7 +380,8 @@ class GPT(HookedModule):
         self.blocks = nn.ModuleList([TransformerBlock(cfg, i) for i in range(cfg.n_layers)])
         self.ln_final = LayerNorm(cfg)
         self.unembed = Unembed(cfg)
-        self.init_weights()
+        if not self.unembed.W_U.is_meta:  # a loader builds on "meta" and assigns the weights
+            self.init_weights()
         self.setup_hooks()
 
     def init_weights(self, seed: int | None = None) -> None:
