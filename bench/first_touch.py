@@ -19,6 +19,10 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--mb", type=float, default=154.0, help="size of the copy in MB (default: GPT-2's W_U)")
     p.add_argument("--repeats", type=int, default=5)
     args = p.parse_args(argv)
+    if not args.mb > 0:
+        p.error(f"--mb: expected a size above 0 MB, got {args.mb}")
+    if args.repeats < 1:
+        p.error(f"--repeats: expected at least 1, got {args.repeats}")
     n = int(args.mb * 1e6 / 4)
     src = torch.randn(n)
     used = torch.empty(n)
