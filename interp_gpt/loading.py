@@ -19,7 +19,7 @@ import json
 import os
 import re
 import warnings
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -57,17 +57,26 @@ class CheckpointError(ValueError):
 # ----------------------------------------------------------------------------
 # Reading sources
 # ----------------------------------------------------------------------------
-def _read_weights_file(path: Path) -> dict[str, Tensor]:
+def _read_weights_file(path: Path) -> tuple[dict[str, Tensor], list[Path]]:
+    """A weights file's tensors, and the files they came from.
+
+    safetensors files are memory-mapped privately (copy-on-write), as Hugging Face reads
+    them: a page of the file is read when first used, and writing a tensor changes only
+    this process's copy, never the file.
+    """
     if path.suffix == ".safetensors":
         from safetensors.torch import load_file
 
-        return load_file(str(path))
+        return load_file(str(path)), [path]
     if path.suffix == ".json":  # sharded safetensors index
         index = json.loads(path.read_text())
         out: dict[str, Tensor] = {}
+        files: list[Path] = []
         for shard in sorted(set(index["weight_map"].values())):
-            out.update(_read_weights_file(path.parent / shard))
-        return out
+            tensors, read = _read_weights_file(path.parent / shard)
+            out.update(tensors)
+            files += read
+        return out, files
     if path.suffix in (".bin", ".pt", ".pth"):
         try:
             sd = torch.load(path, map_location="cpu", weights_only=True)
@@ -80,14 +89,14 @@ def _read_weights_file(path: Path) -> dict[str, Tensor]:
             sd = sd["state_dict"]
         if not isinstance(sd, Mapping):
             raise CheckpointError(f"{path}: expected a state dict (a mapping of tensors), got {type(sd).__name__}")
-        return dict(sd)
+        return dict(sd), [path]
     raise CheckpointError(f"{path}: unknown weights format {path.suffix!r}; expected .safetensors, .bin, .pt or .pth")
 
 
-def _read_folder(folder: Path) -> tuple[dict[str, Tensor], dict[str, Any] | None]:
+def _read_folder(folder: Path) -> tuple[dict[str, Tensor], dict[str, Any] | None, list[Path]]:
     for name in _WEIGHT_FILES:
         if (folder / name).exists():
-            weights = _read_weights_file(folder / name)
+            weights, files = _read_weights_file(folder / name)
             break
     else:
         shards = sorted(folder.glob("model-*.safetensors"))
@@ -95,12 +104,41 @@ def _read_folder(folder: Path) -> tuple[dict[str, Tensor], dict[str, Any] | None
             raise FileNotFoundError(
                 f"{folder}: no weights found; expected one of {', '.join(_WEIGHT_FILES)}"
             )
-        weights = {}
+        weights, files = {}, []
         for shard in shards:
-            weights.update(_read_weights_file(shard))
+            tensors, read = _read_weights_file(shard)
+            weights.update(tensors)
+            files += read
     config_path = folder / "config.json"
     hf_config = json.loads(config_path.read_text()) if config_path.exists() else None
-    return weights, hf_config
+    return weights, hf_config, files
+
+
+def _transposed_reader(files: list[Path]) -> Callable[[str], Tensor | None]:
+    """`read_transposed(key)`: the transpose of a [rows, cols] tensor of these safetensors files
+    as a new contiguous tensor (None if no file holds it), read 4,096 rows at a time through
+    a map that is dropped after each: the file's copy is never resident whole beside ours.
+    For W_U, GPT-2's lm_head (or the wte it is tied to) transposed."""
+    def read_transposed(key: str) -> Tensor | None:
+        from safetensors import safe_open
+
+        for f in files:
+            if f.suffix != ".safetensors":
+                continue
+            with safe_open(str(f), framework="pt") as h:
+                name = next((n for n in (key, "transformer." + key) if n in h.keys()), None)
+                if name is None:
+                    continue
+                first = h.get_slice(name)[:1]
+                rows, cols = h.get_slice(name).get_shape()
+            out = torch.empty(cols, rows, dtype=first.dtype)
+            for i in range(0, rows, _PROCESS_CHUNK):
+                with safe_open(str(f), framework="pt") as h:
+                    out[:, i:i + _PROCESS_CHUNK] = h.get_slice(name)[i:i + _PROCESS_CHUNK].T
+            return out
+        return None
+
+    return read_transposed
 
 
 def _looks_like_path(s: str) -> bool:
@@ -226,13 +264,26 @@ def _config_from_tl_cfg(tl_cfg: Any) -> Config:
 # ----------------------------------------------------------------------------
 # Hugging Face layout -> ours
 # ----------------------------------------------------------------------------
-def convert_hf_gpt2_state_dict(hf_sd: Mapping[str, Tensor], cfg: Config) -> dict[str, Tensor]:
+def convert_hf_gpt2_state_dict(
+    hf_sd: Mapping[str, Tensor],
+    cfg: Config,
+    *,
+    owned: bool = False,
+    read_transposed: Callable[[str], Tensor | None] | None = None,
+) -> dict[str, Tensor]:
     """Rename and reshape a Hugging Face GPT-2 state dict into ours (= transformer-lens').
 
     GPT-2 stores c_attn, c_proj and c_fc as Conv1D, whose weight is [in, out]: the
     transpose of nn.Linear's. That is the layout our W matrices use, so they are
-    only split per head, never transposed. c_attn packs q|k|v along the out axis.
-    lm_head is an nn.Linear ([d_vocab, d_model]), so W_U is its transpose.
+    only split per head (W_Q/W_K/W_V are views of c_attn), never transposed. lm_head is an
+    nn.Linear ([d_vocab, d_model]), so W_U is its transpose, stored contiguous (a transposed
+    view computes a one-position unembedding at half the speed on a CPU).
+
+    `owned`: the tensors are the caller's to give away (freshly read from a file), so the
+    result may be views of them; otherwise every result is a copy, and editing the loaded
+    model never edits the source. W_U never shares memory with W_E: GPT-2 ties them, and a
+    tied copy would make an edit of one an edit of both. `read_transposed(key)` may read
+    W_U's transpose straight from the file (see _transposed_reader).
     """
     sd = {k.removeprefix("transformer."): v for k, v in hf_sd.items() if not _HF_BUFFER.search(k)}
     h, dh, d, dm, V = cfg.n_heads, cfg.d_head, cfg.d_model, cfg.d_mlp, cfg.d_vocab
@@ -247,7 +298,7 @@ def convert_hf_gpt2_state_dict(hf_sd: Mapping[str, Tensor], cfg: Config) -> dict
         if tuple(t.shape) != shape:
             misshaped.append(f"{key}: {tuple(t.shape)}, expected {shape}")
             return torch.zeros(shape)
-        return t
+        return t if owned else t.clone()
 
     out: dict[str, Tensor] = {
         "embed.W_E": take("wte.weight", (V, d)),
@@ -268,13 +319,25 @@ def convert_hf_gpt2_state_dict(hf_sd: Mapping[str, Tensor], cfg: Config) -> dict
         out[q + "mlp.W_in"], out[q + "mlp.b_in"] = take(p + "mlp.c_fc.weight", (d, dm)), take(p + "mlp.c_fc.bias", (dm,))
         out[q + "mlp.W_out"], out[q + "mlp.b_out"] = take(p + "mlp.c_proj.weight", (dm, d)), take(p + "mlp.c_proj.bias", (d,))
     out["ln_final.w"], out["ln_final.b"] = take("ln_f.weight", (d,)), take("ln_f.bias", (d,))
-    if "lm_head.weight" in sd:
-        out["unembed.W_U"] = take("lm_head.weight", (V, d)).T
-    else:  # GPT-2 ties the unembedding to the embedding; checkpoints often omit lm_head
-        out["unembed.W_U"] = out["embed.W_E"].T
-    out["unembed.b_U"] = torch.zeros(V, dtype=out["embed.W_E"].dtype)
+    lm_head = sd.pop("lm_head.weight", None)  # GPT-2 ties it to wte; checkpoints often omit it
+    W_E = out["embed.W_E"]
+    if lm_head is not None and tuple(lm_head.shape) != (V, d):
+        misshaped.append(f"lm_head.weight: {tuple(lm_head.shape)}, expected {(V, d)}")
+    else:
+        source = "lm_head.weight" if lm_head is not None and not _same_memory(lm_head, hf_sd.values()) else "wte.weight"
+        W_U = read_transposed(source) if (owned and read_transposed is not None) else None
+        if W_U is None or tuple(W_U.shape) != (d, V):
+            W_U = (lm_head if source == "lm_head.weight" else W_E).T.clone(memory_format=torch.contiguous_format)
+        out["unembed.W_U"] = W_U
+    out["unembed.b_U"] = torch.zeros(V, dtype=W_E.dtype)
     _raise_if_bad(cfg.model_name, missing, sorted(sd), misshaped)
-    return {k: v.contiguous() for k, v in out.items()}
+    return out
+
+
+def _same_memory(t: Tensor, others: Any) -> bool:
+    """Whether `t` shares its storage with another tensor of `others` (a tied weight)."""
+    ptr = t.untyped_storage().data_ptr()
+    return any(o is not t and o.untyped_storage().data_ptr() == ptr for o in others)
 
 
 def convert_to_hf_gpt2_state_dict(model: GPT) -> dict[str, Tensor]:
@@ -328,7 +391,14 @@ def save_hf_checkpoint(model: GPT, folder: str | os.PathLike) -> Path:
         "bos_token_id": bos, "eos_token_id": eos, "tie_word_embeddings": False,
     }
     (folder / "config.json").write_text(json.dumps(hf_config, indent=2))
-    save_file(convert_to_hf_gpt2_state_dict(model), str(folder / "model.safetensors"), metadata={"format": "pt"})
+    # A new file renamed over the old one, never the old file rewritten: a model loaded from
+    # it maps its pages (see _read_weights_file) and must keep the weights it was loaded with.
+    tmp = folder / f".model.safetensors.{os.getpid()}.tmp"
+    try:
+        save_file(convert_to_hf_gpt2_state_dict(model), str(tmp), metadata={"format": "pt"})
+        os.replace(tmp, folder / "model.safetensors")
+    finally:
+        tmp.unlink(missing_ok=True)
     return folder
 
 
@@ -424,57 +494,115 @@ def process_weights(
 ) -> dict[str, Tensor]:
     """Apply transformer-lens' default processing, in its order, computing in float64.
 
-    Works on the dict `sd` in place and returns it. One part of the model at a time (a
-    layer, the embeddings, the unembedding) is copied to float64 and processed, so GPT-2's
-    float64 copy (twice its size) never exists at once; every step touches one part only,
-    so this equals running each step over the whole model in turn. The results replace
-    the dict's entries in their own dtype, or with `inplace=True` are written into the
-    tensors `sd` holds (no new memory; only for tensors that are the caller's to change, as
-    from_pretrained's freshly read ones are). With every flag off it changes nothing.
+    Works on the dict `sd` in place and returns it. One piece of the model at a time (a
+    layer; 4,096 rows of W_E; 4,096 columns of W_U with ln_final) is copied to float64 and
+    processed, so no more than a layer's float64 copy exists at once (for GPT-2 small 57 MB,
+    not the 309 MB of its unembedding); every step acts on each row, column or layer alone,
+    so this equals running each step over the whole model in turn. The one exception,
+    center_unembed's mean over the vocabulary, is summed in a first pass over W_U. The
+    results replace the dict's entries in their own dtype, or with `inplace=True` are
+    written into the tensors `sd` holds (no new memory; only for tensors that are the
+    caller's to change, as from_pretrained's are). With every flag off it changes nothing.
     """
     if not (fold_ln or center_writing_weights or center_unembed or fold_value_biases):
         return sd
     if fold_ln and cfg.normalization_type not in ("LN", "LNPre"):
         raise ValueError(f"fold_ln: cannot fold normalization_type={cfg.normalization_type!r}")
     fold = fold_ln and cfg.normalization_type == "LN"
-    embeds = ("embed.", "pos_embed.")
-    parts = [[k for k in sd if k.startswith(f"blocks.{L}.")] for L in range(cfg.n_layers)]
-    parts.append([k for k in sd if k.startswith(embeds)])
-    parts.append([k for k in sd if not k.startswith(("blocks.", *embeds))])  # ln_final, unembed
-    # One float64 buffer, the size of the largest part, holds each part in turn: fresh memory
-    # is paid for once, not once per part (on a VM, first-touching a page is what costs).
-    scratch = torch.empty(max(sum(sd[k].numel() for k in keys) for keys in parts), dtype=torch.float64)
-    for keys in parts:
+
+    # A piece: (key, index) pairs, where index picks the rows or columns of sd[key] it holds.
+    Piece = list[tuple[str, tuple[slice, ...]]]
+    whole = (slice(None),)
+    chunk = _PROCESS_CHUNK
+    pieces: list[Piece] = [[(k, whole) for k in sd if k.startswith(f"blocks.{L}.")] for L in range(cfg.n_layers)]
+    pieces.append([(k, whole) for k in sd if k.startswith("pos_embed.")])
+    if "embed.W_E" in sd:
+        pieces += [[("embed.W_E", (slice(i, i + chunk),))] for i in range(0, sd["embed.W_E"].shape[0], chunk)]
+    rest = [k for k in sd if not k.startswith(("blocks.", "embed.", "pos_embed."))]  # ln_final, unembed
+    unembed_pieces: list[Piece] = []
+    if "unembed.W_U" in sd and "unembed.b_U" in sd:
+        others = [(k, whole) for k in rest if k not in ("unembed.W_U", "unembed.b_U")]
+        for i in range(0, sd["unembed.W_U"].shape[1], chunk):
+            cols = slice(i, i + chunk)
+            unembed_pieces.append(others + [("unembed.W_U", (slice(None), cols)), ("unembed.b_U", (cols,))])
+    elif rest:
+        pieces.append([(k, whole) for k in rest])
+
+    # One float64 buffer, the size of the largest piece, holds each piece in turn: fresh memory
+    # is paid for once, not once per piece (on a VM, first-touching a page is what costs).
+    scratch = torch.empty(max(sum(sd[k][i].numel() for k, i in p) for p in pieces + unembed_pieces), dtype=torch.float64)
+
+    def processed(piece: Piece) -> dict[str, Tensor]:
         part, used = {}, 0
-        for k in keys:
-            part[k] = scratch[used:used + sd[k].numel()].view(sd[k].shape).copy_(sd[k])
-            used += sd[k].numel()
+        for k, i in piece:
+            src = sd[k][i]
+            part[k] = scratch[used:used + src.numel()].view(src.shape).copy_(src)
+            used += src.numel()
         if fold:
             fold_layer_norm(part, cfg)
         if center_writing_weights:
             _center_writing_weights(part, cfg)
-        if center_unembed:
-            _center_unembed(part)
         if fold_value_biases:
             _fold_value_biases(part, cfg)
-        for k in keys:
+        return part
+
+    results: dict[str, Tensor] = {}  # inplace=False: the new tensors, filled piece by piece
+    folded: set[str] = set()
+
+    def store(piece: Piece, part: dict[str, Tensor]) -> None:
+        for k, i in piece:
             if k not in part:  # a LayerNorm folded away
-                del sd[k]
-            elif inplace:
-                sd[k].copy_(part.pop(k))
-            else:
-                sd[k] = part.pop(k).to(sd[k].dtype, copy=True)
+                folded.add(k)
+                continue
+            if not inplace and k not in results:
+                results[k] = torch.empty_like(sd[k])
+            (sd[k] if inplace else results[k])[i].copy_(part[k])
+
+    for piece in pieces:
+        part = processed(piece)
+        if center_unembed:  # an unembedding that came whole
+            _center_unembed(part)
+        store(piece, part)
+    if unembed_pieces:
+        mean_W = mean_b = None
+        if center_unembed:  # first pass: the mean over the vocabulary of the processed W_U and b_U
+            sum_W = torch.zeros(sd["unembed.W_U"].shape[0], dtype=torch.float64)
+            sum_b = torch.zeros((), dtype=torch.float64)
+            for piece in unembed_pieces:
+                part = processed(piece)
+                sum_W += part["unembed.W_U"].sum(-1)
+                sum_b += part["unembed.b_U"].sum()
+            mean_W, mean_b = sum_W / sd["unembed.W_U"].shape[1], sum_b / sd["unembed.b_U"].shape[0]
+        for piece in unembed_pieces:
+            part = processed(piece)
+            if mean_W is not None:
+                part["unembed.W_U"].sub_(mean_W[:, None])
+                part["unembed.b_U"].sub_(mean_b)
+            store(piece, part)
+    for k in folded:
+        del sd[k]
+    sd.update(results)
     if fold:
         cfg.normalization_type = "LNPre"
     return sd
+
+
+# process_weights holds this many rows of W_E, or columns of W_U, in float64 at once.
+_PROCESS_CHUNK = 4096
 
 
 # ----------------------------------------------------------------------------
 # The entry points
 # ----------------------------------------------------------------------------
 def load_source(source: Any, config: Config | None = None) -> tuple[Config, dict[str, Tensor], Path | None]:
-    """Read any supported source into (config, our state dict, folder with tokenizer files or None)."""
+    """Read any supported source into (config, our state dict, folder with tokenizer files or None).
+
+    The state dict's tensors are the caller's to edit in place: weights read from a file
+    (private memory maps, see _read_weights_file) or copies, never the memory of a model
+    object or state dict passed in.
+    """
     folder: Path | None = None
+    files: list[Path] = []
     hf_config: Mapping[str, Any] | None = None
     name = "custom"
     if isinstance(source, (str, os.PathLike)):
@@ -482,18 +610,18 @@ def load_source(source: Any, config: Config | None = None) -> tuple[Config, dict
         name = str(source)
         if path.is_dir():
             folder = path
-            weights, hf_config = _read_folder(path)
+            weights, hf_config, files = _read_folder(path)
         elif path.is_file():
-            weights = _read_weights_file(path)
+            weights, files = _read_weights_file(path)
             cfg_path = path.parent / "config.json"
             hf_config = json.loads(cfg_path.read_text()) if cfg_path.exists() and path.suffix != ".json" else None
             folder = path.parent
         elif isinstance(source, str) and source in shipped_models():
             folder = shipped_models()[source]
-            weights, hf_config = _read_folder(folder)
+            weights, hf_config, files = _read_folder(folder)
         elif isinstance(source, str) and not _looks_like_path(source):
             folder = _download(source)
-            weights, hf_config = _read_folder(folder)
+            weights, hf_config, files = _read_folder(folder)
         else:
             raise FileNotFoundError(f"source: no file or folder at {str(source)!r}")
     elif hasattr(source, "cfg") and hasattr(source, "tl_parameters"):  # transformer-lens 4.x TransformerBridge
@@ -526,7 +654,8 @@ def load_source(source: Any, config: Config | None = None) -> tuple[Config, dict
     else:
         cfg = _config_from_hf_tensors(weights, name)
     cfg.model_name = name if cfg.model_name == "custom" else cfg.model_name
-    return cfg, convert_hf_gpt2_state_dict(weights, cfg), folder
+    # Tensors read from a file are ours alone (files is empty for every other source).
+    return cfg, convert_hf_gpt2_state_dict(weights, cfg, owned=bool(files), read_transposed=_transposed_reader(files)), folder
 
 
 def _tl_state_dict(sd: Mapping[str, Tensor], cfg: Config) -> dict[str, Tensor]:
@@ -564,14 +693,19 @@ def from_pretrained(
     if it has them, else GPT-2's BPE (for a 50,257-token vocabulary); pass a `Tokenizer`
     or None to choose.
 
+    Weights in .safetensors files are memory-mapped copy-on-write, as Hugging Face reads
+    them: loading reads nothing up front, a page is read when first used, and editing a
+    weight changes this model only, never the file. Replacing the file while the model lives
+    is safe (save_hf_checkpoint writes a new file and renames it); rewriting it in place
+    would change the weights the model has not used yet.
+
     Example:
         >>> model = from_pretrained("gpt2")                       # hub (or its cache)
         >>> model = from_pretrained("./ckpt", fold_ln=False)      # local folder
     """
     cfg, sd, folder = load_source(source, config)
-    # Weights read from a file are ours alone: process them where they lie (no second copy).
-    from_file = isinstance(source, (str, os.PathLike))
-    sd = process_weights(sd, cfg, fold_ln, center_writing_weights, center_unembed, fold_value_biases, inplace=from_file)
+    # load_source's tensors are ours alone: process them where they lie (no second copy).
+    sd = process_weights(sd, cfg, fold_ln, center_writing_weights, center_unembed, fold_value_biases, inplace=True)
     with torch.device("meta"):
         model = GPT(cfg)
     expected = dict(model.named_parameters())

@@ -6,6 +6,7 @@ transformer-lens' HookedTransformer built from it offline.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 import warnings
@@ -237,6 +238,22 @@ def test_processed_load_matches_transformer_lens_processed_weights(hf_checkpoint
     assert set(theirs) == {k for k in ours if not k.endswith((".IGNORE", ".mask"))}
     for k, v in theirs.items():
         torch.testing.assert_close(ours[k], v, atol=1e-5, rtol=1e-4, msg=k)
+
+
+@pytest.mark.parametrize("chunk", [7, 64])
+def test_processing_in_chunks_matches_transformer_lens(hf_checkpoint_dir, tl_processed, monkeypatch, chunk):
+    """process_weights takes W_E by rows and W_U by columns (4,096 at once for GPT-2); with
+    chunks of 7 and 64 the 100-token vocabulary is cut into uneven pieces, and center_unembed's
+    mean over the whole vocabulary must still be the one transformer-lens takes."""
+    import interp_gpt.loading as loading
+
+    monkeypatch.setattr(loading, "_PROCESS_CHUNK", chunk)
+    ours = from_pretrained(hf_checkpoint_dir).state_dict()
+    for k, v in tl_processed.state_dict().items():
+        if not k.endswith((".IGNORE", ".mask")):
+            torch.testing.assert_close(ours[k], v, atol=1e-5, rtol=1e-4, msg=k)
+    W_U = ours["unembed.W_U"]
+    assert W_U.mean(-1).abs().max() < 1e-6 and ours["unembed.b_U"].mean().abs() < 1e-6
 
 
 def test_every_hook_matches_transformer_lens(hf_checkpoint_dir, tl_model):
@@ -545,3 +562,100 @@ def test_processed_load_from_a_folder_equals_processing_the_model_object(hf_gpt2
     assert sorted(from_folder) == sorted(from_object)
     for k in from_folder:
         torch.testing.assert_close(from_folder[k], from_object[k], rtol=0, atol=0, msg=k)
+
+
+@pytest.mark.parametrize("chunk", [7, 4096])
+def test_safetensors_weights_are_mapped_not_copied(hf_gpt2_factory, tmp_path, monkeypatch, chunk):
+    """An unprocessed load from safetensors copies no weight but W_U: W_Q, W_K and W_V are views
+    of the file's c_attn (one storage), and W_U, GPT-2's tied wte transposed, is read from the
+    file (in chunks of rows: 7 cuts the 100-token vocabulary unevenly) into its own memory.
+    (bench/run.py's load rows measure what this saves.)"""
+    import interp_gpt.loading as loading
+
+    monkeypatch.setattr(loading, "_PROCESS_CHUNK", chunk)
+    hf = hf_gpt2_factory(seed=7)
+    hf.save_pretrained(tmp_path)
+    model = from_pretrained_no_processing(tmp_path, tokenizer=None)
+    attn = model.blocks[0].attn
+    storage = attn.W_Q.untyped_storage().data_ptr()
+    assert attn.W_K.untyped_storage().data_ptr() == storage == attn.W_V.untyped_storage().data_ptr()
+    assert attn.b_Q.untyped_storage().data_ptr() == attn.b_V.untyped_storage().data_ptr()
+    W_U, W_E = model.unembed.W_U, model.embed.W_E
+    assert W_U.untyped_storage().data_ptr() != W_E.untyped_storage().data_ptr()
+    assert W_U.is_contiguous()
+    torch.testing.assert_close(W_U, hf.lm_head.weight.detach().T, rtol=0, atol=0)
+
+
+def test_editing_loaded_weights_changes_neither_the_other_weights_nor_the_file(hf_gpt2_factory, tmp_path):
+    """GPT-2 ties lm_head to wte in the file; our W_U and W_E must still be independent, and
+    writing into memory-mapped weights must never write the checkpoint."""
+    hf = hf_gpt2_factory(seed=8)
+    hf.save_pretrained(tmp_path)
+    file_bytes = (tmp_path / "model.safetensors").read_bytes()
+    model = from_pretrained_no_processing(tmp_path, tokenizer=None)
+    W_E_before = model.embed.W_E.detach().clone()
+    with torch.no_grad():
+        model.unembed.W_U[:, 3] = 7.0
+        model.blocks[0].attn.W_Q.zero_()
+    assert torch.equal(model.embed.W_E, W_E_before)
+    assert not torch.equal(model.blocks[0].attn.W_K, torch.zeros_like(model.blocks[0].attn.W_K))
+    with torch.no_grad():
+        model.embed.W_E[5] = -3.0
+    assert bool((model.unembed.W_U[:, 5] != -3.0).all()) and bool((model.unembed.W_U[:, 3] == 7.0).all())
+    assert (tmp_path / "model.safetensors").read_bytes() == file_bytes
+    again = from_pretrained_no_processing(tmp_path, tokenizer=None)  # a new load sees the file's weights
+    torch.testing.assert_close(again.embed.W_E, W_E_before, rtol=0, atol=0)
+    # Processing writes every weight in place: the file stays as it was.
+    from_pretrained(tmp_path, tokenizer=None)
+    assert (tmp_path / "model.safetensors").read_bytes() == file_bytes
+
+
+@pytest.mark.parametrize("source", ["model", "state_dict"])
+def test_unprocessed_load_of_an_object_shares_no_memory_with_it(hf_gpt2_factory, source):
+    """Editing the loaded model must not edit the transformers model (or state dict) it came from."""
+    hf = hf_gpt2_factory(seed=9)
+    before = {k: v.clone() for k, v in hf.state_dict().items()}
+    model = from_pretrained_no_processing(hf if source == "model" else hf.state_dict(), tokenizer=None)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.fill_(0.5)
+    for k, v in hf.state_dict().items():
+        assert torch.equal(v, before[k]), k
+
+
+@pytest.mark.parametrize("chunk", [7, 64, 4096])
+def test_processing_in_pieces_equals_each_step_over_the_whole_model(hf_gpt2_factory, monkeypatch, chunk):
+    """process_weights' pieces (a layer, rows of W_E, columns of W_U) give what the four step
+    functions give run over the whole float64 model in turn; chunks of 7 and 64 cut the
+    100-token vocabulary unevenly (center_unembed's mean spans every piece)."""
+    import interp_gpt.loading as loading
+
+    hf = hf_gpt2_factory(seed=10)
+    cfg, sd, _ = loading.load_source(hf)
+    whole = {k: v.double() for k, v in sd.items()}
+    loading.fold_layer_norm(whole, cfg)
+    loading.center_writing_weights(whole, cfg)
+    loading.center_unembed(whole)
+    loading.fold_value_biases(whole, cfg)
+    monkeypatch.setattr(loading, "_PROCESS_CHUNK", chunk)
+    for inplace in (False, True):
+        piecewise = loading.process_weights({k: v.clone() for k, v in sd.items()}, dataclasses.replace(cfg), inplace=inplace)
+        assert sorted(piecewise) == sorted(whole)
+        for k, v in whole.items():
+            torch.testing.assert_close(piecewise[k], v.float(), atol=1e-6, rtol=1e-6, msg=k)
+
+
+def test_saving_another_model_over_the_folder_leaves_a_loaded_model_as_it_was(hf_gpt2_factory, tmp_path):
+    """A model loaded from a folder maps its file; save_hf_checkpoint of a different model into
+    the same folder must replace the file, not rewrite the pages the first model still reads
+    (a rewrite in place does change such a model: checked by hand with open(path, "r+b")).
+    safetensors 0.8's save_file also writes a new file; save_hf_checkpoint does not rely on it."""
+    hf_gpt2_factory(seed=11).save_pretrained(tmp_path)
+    first = from_pretrained_no_processing(tmp_path, tokenizer=None)
+    tokens = torch.tensor([[1, 2, 3, 4, 5]])
+    expected = first(tokens).detach().clone()
+    other = from_pretrained_no_processing(hf_gpt2_factory(seed=12), tokenizer=None)
+    save_hf_checkpoint(other, tmp_path)
+    torch.testing.assert_close(first(tokens), expected, rtol=0, atol=0)
+    torch.testing.assert_close(from_pretrained_no_processing(tmp_path, tokenizer=None)(tokens), other(tokens), rtol=0, atol=1e-6)
+    assert not any(p.name.endswith(".tmp") for p in tmp_path.iterdir())
