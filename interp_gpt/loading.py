@@ -19,7 +19,7 @@ import json
 import os
 import re
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -114,31 +114,57 @@ def _read_folder(folder: Path) -> tuple[dict[str, Tensor], dict[str, Any] | None
     return weights, hf_config, files
 
 
-def _transposed_reader(files: list[Path]) -> Callable[[str], Tensor | None]:
-    """`read_transposed(key)`: the transpose of a [rows, cols] tensor of these safetensors files
-    as a new contiguous tensor (None if no file holds it), read 4,096 rows at a time through
-    a map that is dropped after each: the file's copy is never resident whole beside ours.
-    For W_U, GPT-2's lm_head (or the wte it is tied to) transposed."""
-    def read_transposed(key: str) -> Tensor | None:
+class _FileReader:
+    """Single tensors of the safetensors files a load read, each through a map of its own that
+    is dropped with the tensor: what is copied out of the file this way is never left resident
+    twice (the load's own map keeps every page it has touched until the model is freed)."""
+
+    def __init__(self, files: list[Path]) -> None:
+        # The files as they were read: a file replaced since then is refused, not mixed in.
+        self.files = {f: _identity(f) for f in files if f.suffix == ".safetensors"}
+
+    def _find(self, key: str) -> tuple[Path, str] | None:
         from safetensors import safe_open
 
-        for f in files:
-            if f.suffix != ".safetensors":
-                continue
+        for f, identity in self.files.items():
+            if _identity(f) != identity:
+                raise CheckpointError(f"{f}: the file changed while it was being loaded; load it again")
             with safe_open(str(f), framework="pt") as h:
                 name = next((n for n in (key, "transformer." + key) if n in h.keys()), None)
-                if name is None:
-                    continue
-                first = h.get_slice(name)[:1]
-                rows, cols = h.get_slice(name).get_shape()
-            out = torch.empty(cols, rows, dtype=first.dtype)
-            for i in range(0, rows, _PROCESS_CHUNK):
-                with safe_open(str(f), framework="pt") as h:
-                    out[:, i:i + _PROCESS_CHUNK] = h.get_slice(name)[i:i + _PROCESS_CHUNK].T
-            return out
+            if name is not None:
+                return f, name
         return None
 
-    return read_transposed
+    def get(self, key: str) -> Tensor | None:
+        """The tensor (None if no file holds it), mapped until it is freed."""
+        from safetensors import safe_open
+
+        if (found := self._find(key)) is None:
+            return None
+        with safe_open(str(found[0]), framework="pt") as h:
+            return h.get_tensor(found[1])
+
+    def transposed(self, key: str) -> Tensor | None:
+        """The transpose of a [rows, cols] tensor as a new contiguous tensor, read _PROCESS_CHUNK
+        rows at a time: for W_U, GPT-2's lm_head (or the wte it is tied to)."""
+        from safetensors import safe_open
+
+        if (found := self._find(key)) is None:
+            return None
+        with safe_open(str(found[0]), framework="pt") as h:
+            rows, cols = h.get_slice(found[1]).get_shape()
+            out = torch.empty(cols, rows, dtype=h.get_slice(found[1])[:1].dtype)
+        for i in range(0, rows, _PROCESS_CHUNK):
+            if _identity(found[0]) != self.files[found[0]]:
+                raise CheckpointError(f"{found[0]}: the file changed while it was being loaded; load it again")
+            with safe_open(str(found[0]), framework="pt") as h:
+                out[:, i:i + _PROCESS_CHUNK] = h.get_slice(found[1])[i:i + _PROCESS_CHUNK].T
+        return out
+
+
+def _identity(path: Path) -> tuple[int, int, int, int]:
+    st = path.stat()
+    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
 
 
 def _looks_like_path(s: str) -> bool:
@@ -269,21 +295,21 @@ def convert_hf_gpt2_state_dict(
     cfg: Config,
     *,
     owned: bool = False,
-    read_transposed: Callable[[str], Tensor | None] | None = None,
+    reader: _FileReader | None = None,
 ) -> dict[str, Tensor]:
     """Rename and reshape a Hugging Face GPT-2 state dict into ours (= transformer-lens').
 
     GPT-2 stores c_attn, c_proj and c_fc as Conv1D, whose weight is [in, out]: the
     transpose of nn.Linear's. That is the layout our W matrices use, so they are
-    only split per head (W_Q/W_K/W_V are views of c_attn), never transposed. lm_head is an
-    nn.Linear ([d_vocab, d_model]), so W_U is its transpose, stored contiguous (a transposed
-    view computes a one-position unembedding at half the speed on a CPU).
+    only split per head, never transposed. lm_head is an nn.Linear ([d_vocab, d_model]),
+    so W_U is its transpose. Every result is contiguous.
 
     `owned`: the tensors are the caller's to give away (freshly read from a file), so the
-    result may be views of them; otherwise every result is a copy, and editing the loaded
-    model never edits the source. W_U never shares memory with W_E: GPT-2 ties them, and a
-    tied copy would make an edit of one an edit of both. `read_transposed(key)` may read
-    W_U's transpose straight from the file (see _transposed_reader).
+    result may be them; otherwise every result is a copy, and editing the loaded model never
+    edits the source. W_U never shares memory with W_E: GPT-2 ties them, and a tied copy
+    would make an edit of one an edit of both. With a `reader` of the files the tensors were
+    read from, the two tensors that must be copied (c_attn, split into W_Q/W_K/W_V, and W_U)
+    are copied out of maps of their own, so the file's pages are not also left resident.
     """
     sd = {k.removeprefix("transformer."): v for k, v in hf_sd.items() if not _HF_BUFFER.search(k)}
     h, dh, d, dm, V = cfg.n_heads, cfg.d_head, cfg.d_model, cfg.d_mlp, cfg.d_vocab
@@ -298,7 +324,7 @@ def convert_hf_gpt2_state_dict(
         if tuple(t.shape) != shape:
             misshaped.append(f"{key}: {tuple(t.shape)}, expected {shape}")
             return torch.zeros(shape)
-        return t if owned else t.clone()
+        return t.detach() if owned else t.detach().clone()
 
     out: dict[str, Tensor] = {
         "embed.W_E": take("wte.weight", (V, d)),
@@ -307,11 +333,16 @@ def convert_hf_gpt2_state_dict(
     for L in range(cfg.n_layers):
         p, q = f"h.{L}.", f"blocks.{L}."
         out[q + "ln1.w"], out[q + "ln1.b"] = take(p + "ln_1.weight", (d,)), take(p + "ln_1.bias", (d,))
-        W_qkv = take(p + "attn.c_attn.weight", (d, 3 * h * dh))  # [d_model, q|k|v]
+        # [d_model, q|k|v]; split per head, so copied (contiguous), from a map of its own if it can
+        W_qkv = take(p + "attn.c_attn.weight", (d, 3 * h * dh))
+        if owned and reader is not None and (mapped := reader.get(p + "attn.c_attn.weight")) is not None:
+            W_qkv = mapped if mapped.shape == W_qkv.shape else W_qkv
         b_qkv = take(p + "attn.c_attn.bias", (3 * h * dh,))
         for X, W, b in zip("QKV", W_qkv.split(h * dh, dim=1), b_qkv.split(h * dh), strict=True):
-            out[q + f"attn.W_{X}"] = einops.rearrange(W, "d_model (n_heads d_head) -> n_heads d_model d_head", n_heads=h)
-            out[q + f"attn.b_{X}"] = einops.rearrange(b, "(n_heads d_head) -> n_heads d_head", n_heads=h)
+            W = einops.rearrange(W, "d_model (n_heads d_head) -> n_heads d_model d_head", n_heads=h)
+            out[q + f"attn.W_{X}"] = W.clone(memory_format=torch.contiguous_format)
+            out[q + f"attn.b_{X}"] = einops.rearrange(b, "(n_heads d_head) -> n_heads d_head", n_heads=h).clone()
+        del W_qkv
         W_O = take(p + "attn.c_proj.weight", (h * dh, d))
         out[q + "attn.W_O"] = einops.rearrange(W_O, "(n_heads d_head) d_model -> n_heads d_head d_model", n_heads=h)
         out[q + "attn.b_O"] = take(p + "attn.c_proj.bias", (d,))
@@ -324,20 +355,14 @@ def convert_hf_gpt2_state_dict(
     if lm_head is not None and tuple(lm_head.shape) != (V, d):
         misshaped.append(f"lm_head.weight: {tuple(lm_head.shape)}, expected {(V, d)}")
     else:
-        source = "lm_head.weight" if lm_head is not None and not _same_memory(lm_head, hf_sd.values()) else "wte.weight"
-        W_U = read_transposed(source) if (owned and read_transposed is not None) else None
+        source = "lm_head.weight" if lm_head is not None else "wte.weight"
+        W_U = reader.transposed(source) if (owned and reader is not None) else None
         if W_U is None or tuple(W_U.shape) != (d, V):
-            W_U = (lm_head if source == "lm_head.weight" else W_E).T.clone(memory_format=torch.contiguous_format)
+            W_U = (W_E if lm_head is None else lm_head.detach()).T.clone(memory_format=torch.contiguous_format)
         out["unembed.W_U"] = W_U
     out["unembed.b_U"] = torch.zeros(V, dtype=W_E.dtype)
     _raise_if_bad(cfg.model_name, missing, sorted(sd), misshaped)
     return out
-
-
-def _same_memory(t: Tensor, others: Any) -> bool:
-    """Whether `t` shares its storage with another tensor of `others` (a tied weight)."""
-    ptr = t.untyped_storage().data_ptr()
-    return any(o is not t and o.untyped_storage().data_ptr() == ptr for o in others)
 
 
 def convert_to_hf_gpt2_state_dict(model: GPT) -> dict[str, Tensor]:
@@ -655,7 +680,7 @@ def load_source(source: Any, config: Config | None = None) -> tuple[Config, dict
         cfg = _config_from_hf_tensors(weights, name)
     cfg.model_name = name if cfg.model_name == "custom" else cfg.model_name
     # Tensors read from a file are ours alone (files is empty for every other source).
-    return cfg, convert_hf_gpt2_state_dict(weights, cfg, owned=bool(files), read_transposed=_transposed_reader(files)), folder
+    return cfg, convert_hf_gpt2_state_dict(weights, cfg, owned=bool(files), reader=_FileReader(files)), folder
 
 
 def _tl_state_dict(sd: Mapping[str, Tensor], cfg: Config) -> dict[str, Tensor]:
@@ -694,8 +719,9 @@ def from_pretrained(
     or None to choose.
 
     Weights in .safetensors files are memory-mapped copy-on-write, as Hugging Face reads
-    them: loading reads nothing up front, a page is read when first used, and editing a
-    weight changes this model only, never the file. Replacing the file while the model lives
+    them: loading reads only W_U and W_Q/W_K/W_V (copies: see convert_hf_gpt2_state_dict),
+    every other page is read when first used, and editing a weight changes this model only,
+    never the file. Replacing the file while the model lives
     is safe (save_hf_checkpoint writes a new file and renames it); rewriting it in place
     would change the weights the model has not used yet.
 

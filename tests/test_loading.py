@@ -564,26 +564,102 @@ def test_processed_load_from_a_folder_equals_processing_the_model_object(hf_gpt2
         torch.testing.assert_close(from_folder[k], from_object[k], rtol=0, atol=0, msg=k)
 
 
+def _mapped_file(t: torch.Tensor) -> str | None:
+    """The file whose memory map holds t's data ("" for anonymous memory), from /proc/self/maps."""
+    ptr = t.data_ptr()
+    for line in Path("/proc/self/maps").read_text().splitlines():
+        fields = line.split(maxsplit=5)
+        lo, hi = (int(x, 16) for x in fields[0].split("-"))
+        if lo <= ptr < hi:
+            return fields[5].strip() if len(fields) > 5 else ""
+    return None
+
+
+@pytest.mark.skipif(not Path("/proc/self/maps").exists(), reason="needs Linux's /proc/self/maps")
 @pytest.mark.parametrize("chunk", [7, 4096])
 def test_safetensors_weights_are_mapped_not_copied(hf_gpt2_factory, tmp_path, monkeypatch, chunk):
-    """An unprocessed load from safetensors copies no weight but W_U: W_Q, W_K and W_V are views
-    of the file's c_attn (one storage), and W_U, GPT-2's tied wte transposed, is read from the
-    file (in chunks of rows: 7 cuts the 100-token vocabulary unevenly) into its own memory.
-    (bench/run.py's load rows measure what this saves.)"""
+    """An unprocessed load from safetensors leaves the weights in the file's map, except the two
+    it must copy: W_Q/W_K/W_V (c_attn split per head) and W_U (GPT-2's tied wte, transposed),
+    each read through a map of its own (_FileReader; chunks of 7 rows cut the 100-token
+    vocabulary unevenly). bench/run.py's load rows measure what this saves."""
     import interp_gpt.loading as loading
 
     monkeypatch.setattr(loading, "_PROCESS_CHUNK", chunk)
+    asked: list[str] = []
+    for method in ("get", "transposed"):
+        original = getattr(loading._FileReader, method)
+
+        def spy(self, key, _original=original):  # type: ignore[no-untyped-def]
+            asked.append(key)
+            return _original(self, key)
+
+        monkeypatch.setattr(loading._FileReader, method, spy)
     hf = hf_gpt2_factory(seed=7)
     hf.save_pretrained(tmp_path)
     model = from_pretrained_no_processing(tmp_path, tokenizer=None)
-    attn = model.blocks[0].attn
-    storage = attn.W_Q.untyped_storage().data_ptr()
-    assert attn.W_K.untyped_storage().data_ptr() == storage == attn.W_V.untyped_storage().data_ptr()
-    assert attn.b_Q.untyped_storage().data_ptr() == attn.b_V.untyped_storage().data_ptr()
-    W_U, W_E = model.unembed.W_U, model.embed.W_E
-    assert W_U.untyped_storage().data_ptr() != W_E.untyped_storage().data_ptr()
-    assert W_U.is_contiguous()
-    torch.testing.assert_close(W_U, hf.lm_head.weight.detach().T, rtol=0, atol=0)
+    assert asked == ["h.0.attn.c_attn.weight", "h.1.attn.c_attn.weight", "wte.weight"]
+    weights_file = str((tmp_path / "model.safetensors").resolve())
+    for name, p in model.named_parameters():
+        assert p.is_contiguous(), name
+        if name.endswith(("W_Q", "W_K", "W_V", "W_U", "b_Q", "b_K", "b_V", "b_U")):
+            assert _mapped_file(p) != weights_file, f"{name} should be a copy"
+        else:
+            assert _mapped_file(p) == weights_file, f"{name} should lie in the file's map"
+    assert model.unembed.W_U.untyped_storage().data_ptr() != model.embed.W_E.untyped_storage().data_ptr()
+    torch.testing.assert_close(model.unembed.W_U, hf.lm_head.weight.detach().T, rtol=0, atol=0)
+    torch.testing.assert_close(model.blocks[1].attn.W_V, from_pretrained_no_processing(hf).blocks[1].attn.W_V, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("source", ["folder", "model", "processed folder"])
+def test_a_loaded_state_dict_saves_with_safetensors(hf_gpt2_factory, tmp_path, source):
+    """Every parameter is contiguous and none shares memory with another, so
+    safetensors.torch.save_file(model.state_dict()) works, and the file loads back."""
+    hf = hf_gpt2_factory(seed=13)
+    hf.save_pretrained(tmp_path / "ckpt")
+    load = from_pretrained if source == "processed folder" else from_pretrained_no_processing
+    model = load(hf if source == "model" else tmp_path / "ckpt", tokenizer=None)
+    sd = {k: v for k, v in model.state_dict().items() if not k.endswith((".IGNORE", ".mask"))}
+    safetensors_torch.save_file(sd, str(tmp_path / "ours.safetensors"))
+    again = safetensors_torch.load_file(str(tmp_path / "ours.safetensors"))
+    assert sorted(again) == sorted(sd) and all(torch.equal(again[k], v) for k, v in sd.items())
+
+
+def test_untied_lm_head_in_a_state_dict_of_views_of_one_buffer(hf_gpt2_factory, tmp_path):
+    """Some tools save every tensor as a view of one flat buffer (torch.save keeps that), so
+    sharing a storage does not mean lm_head is tied to wte: W_U must still be lm_head."""
+    hf = hf_gpt2_factory(seed=14)
+    hf.config.tie_word_embeddings = False
+    with torch.no_grad():
+        hf.lm_head.weight = torch.nn.Parameter(hf.lm_head.weight.detach() + 0.5 * torch.randn_like(hf.lm_head.weight))
+    sd = {k: v.detach() for k, v in hf.state_dict().items()}
+    flat = torch.cat([v.flatten() for v in sd.values()])
+    views, at = {}, 0
+    for k, v in sd.items():
+        views[k] = flat[at:at + v.numel()].view(v.shape)
+        at += v.numel()
+    torch.save(views, tmp_path / "flat.pt")
+    expected = hf_logits(hf)
+    from interp_gpt.loading import config_from_hf
+
+    config = config_from_hf(hf.config.to_dict())  # a bare state dict cannot tell n_heads
+    for source in (views, tmp_path / "flat.pt"):
+        model = from_pretrained_no_processing(source, tokenizer=None, config=config)
+        torch.testing.assert_close(model.unembed.W_U, hf.lm_head.weight.detach().T, rtol=0, atol=0)
+        torch.testing.assert_close(logits(model), expected, atol=1e-4, rtol=0)
+
+
+def test_a_state_dict_of_parameters_that_require_grad_loads_processed(hf_gpt2_factory):
+    from interp_gpt.loading import config_from_hf
+
+    hf = hf_gpt2_factory(seed=15)
+    model = from_pretrained(dict(hf.named_parameters()), tokenizer=None, config=config_from_hf(hf.config.to_dict()))
+    assert all(p.grad_fn is None for p in model.parameters())
+    assert_same_log_probs(logits(model), hf_logits(hf))
+
+
+def test_a_stray_non_tensor_entry_is_a_checkpoint_error(hf_model):
+    with pytest.raises(CheckpointError, match="unexpected tensors: step"):
+        from_pretrained_no_processing({"step": 3, **hf_model.state_dict()}, tokenizer=None)
 
 
 def test_editing_loaded_weights_changes_neither_the_other_weights_nor_the_file(hf_gpt2_factory, tmp_path):
@@ -645,17 +721,25 @@ def test_processing_in_pieces_equals_each_step_over_the_whole_model(hf_gpt2_fact
             torch.testing.assert_close(piecewise[k], v.float(), atol=1e-6, rtol=1e-6, msg=k)
 
 
-def test_saving_another_model_over_the_folder_leaves_a_loaded_model_as_it_was(hf_gpt2_factory, tmp_path):
+def test_saving_another_model_over_the_folder_leaves_a_loaded_model_as_it_was(hf_gpt2_factory, tmp_path, monkeypatch):
     """A model loaded from a folder maps its file; save_hf_checkpoint of a different model into
-    the same folder must replace the file, not rewrite the pages the first model still reads
-    (a rewrite in place does change such a model: checked by hand with open(path, "r+b")).
-    safetensors 0.8's save_file also writes a new file; save_hf_checkpoint does not rely on it."""
+    the same folder must replace the file, never rewrite the pages the first model still reads.
+    safetensors 0.8's save_file itself writes a new file; here it is swapped for a writer that
+    rewrites an existing file in place (as other writers do), which does change a loaded model."""
+    def save_in_place(tensors, filename, metadata=None):  # type: ignore[no-untyped-def]
+        data = safetensors_torch.save(tensors, metadata=metadata)
+        with open(filename, "r+b" if Path(filename).exists() else "wb") as f:
+            f.write(data)
+            f.truncate()
+
     hf_gpt2_factory(seed=11).save_pretrained(tmp_path)
     first = from_pretrained_no_processing(tmp_path, tokenizer=None)
     tokens = torch.tensor([[1, 2, 3, 4, 5]])
     expected = first(tokens).detach().clone()
     other = from_pretrained_no_processing(hf_gpt2_factory(seed=12), tokenizer=None)
-    save_hf_checkpoint(other, tmp_path)
+    with monkeypatch.context() as patch:
+        patch.setattr(safetensors_torch, "save_file", save_in_place)
+        save_hf_checkpoint(other, tmp_path)
     torch.testing.assert_close(first(tokens), expected, rtol=0, atol=0)
     torch.testing.assert_close(from_pretrained_no_processing(tmp_path, tokenizer=None)(tokens), other(tokens), rtol=0, atol=1e-6)
     assert not any(p.name.endswith(".tmp") for p in tmp_path.iterdir())
