@@ -743,3 +743,22 @@ def test_saving_another_model_over_the_folder_leaves_a_loaded_model_as_it_was(hf
     torch.testing.assert_close(first(tokens), expected, rtol=0, atol=0)
     torch.testing.assert_close(from_pretrained_no_processing(tmp_path, tokenizer=None)(tokens), other(tokens), rtol=0, atol=1e-6)
     assert not any(p.name.endswith(".tmp") for p in tmp_path.iterdir())
+
+
+def test_a_file_replaced_during_the_load_is_refused(hf_gpt2_factory, tmp_path):
+    """The loader copies W_Q/W_K/W_V and W_U out of the file after mapping it: if the file was
+    replaced in between, mixing weights of two checkpoints must be refused, not done."""
+    import os
+
+    from interp_gpt.loading import _FileReader
+
+    hf_gpt2_factory(seed=16).save_pretrained(tmp_path / "a")
+    hf_gpt2_factory(seed=17).save_pretrained(tmp_path / "b")
+    path = tmp_path / "a" / "model.safetensors"
+    reader = _FileReader([path])
+    assert reader.get("h.0.attn.c_attn.weight") is not None
+    os.replace(tmp_path / "b" / "model.safetensors", path)
+    with pytest.raises(CheckpointError, match="changed while it was being loaded"):
+        reader.get("h.0.attn.c_attn.weight")
+    with pytest.raises(CheckpointError, match="changed while it was being loaded"):
+        reader.transposed("wte.weight")
