@@ -401,6 +401,7 @@ def save_hf_checkpoint(model: GPT, folder: str | os.PathLike) -> Path:
     cfg = model.cfg
     if cfg.d_head * cfg.n_heads != cfg.d_model:
         raise ValueError("save_hf_checkpoint: Hugging Face GPT-2 needs n_heads * d_head == d_model")
+    tensors = convert_to_hf_gpt2_state_dict(model)  # raises for a model it cannot save: before any write
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     # GPT-2's end-of-text id, or the model's own tokenizer's (a small vocabulary has no 50256).
@@ -420,7 +421,7 @@ def save_hf_checkpoint(model: GPT, folder: str | os.PathLike) -> Path:
     # it maps its pages (see _read_weights_file) and must keep the weights it was loaded with.
     tmp = folder / f".model.safetensors.{os.getpid()}.tmp"
     try:
-        save_file(convert_to_hf_gpt2_state_dict(model), str(tmp), metadata={"format": "pt"})
+        save_file(tensors, str(tmp), metadata={"format": "pt"})
         os.replace(tmp, folder / "model.safetensors")
     finally:
         tmp.unlink(missing_ok=True)

@@ -357,6 +357,15 @@ def test_save_hf_checkpoint_refuses_to_drop_a_nonzero_b_U(tiny_model, tmp_path):
 def test_save_hf_checkpoint_of_a_processed_model_is_refused(hf_checkpoint_dir, tmp_path):
     with pytest.raises(ValueError, match="from_pretrained_no_processing"):
         save_hf_checkpoint(from_pretrained(hf_checkpoint_dir), tmp_path / "x")
+    assert not (tmp_path / "x").exists()  # refused before anything was written
+
+
+def test_a_refused_save_leaves_an_existing_checkpoint_folder_as_it_was(hf_checkpoint_dir, tmp_path):
+    folder = shutil.copytree(hf_checkpoint_dir, tmp_path / "ckpt")
+    before = {p.name: p.read_bytes() for p in folder.iterdir()}
+    with pytest.raises(ValueError, match="from_pretrained_no_processing"):
+        save_hf_checkpoint(from_pretrained(hf_checkpoint_dir), folder)
+    assert {p.name: p.read_bytes() for p in folder.iterdir()} == before
 
 
 # ----------------------------------------------------------------------------
