@@ -48,6 +48,25 @@ def gelu_fast(x: Tensor) -> Tensor:
 
 
 ACTIVATIONS = {"gelu_new": gelu_new, "gelu_fast": gelu_fast, "gelu": F.gelu, "relu": F.relu}
+# The same functions overwriting their input, for when nothing else holds it (see MLP.forward).
+IN_PLACE = {
+    gelu_new: lambda x: torch.ops.aten.gelu_(x, approximate="tanh"),
+    F.gelu: torch.ops.aten.gelu_,
+    F.relu: torch.relu_,
+}
+
+
+def add_bias(x: Tensor, b: Tensor) -> Tensor:
+    """x + b for a fresh matmul output x that nothing else holds.
+
+    With no autograd graph being recorded (inference_mode, no_grad) the bias is added in
+    place: no new tensor, one pass over memory fewer. On a 2-core CPU this and MLP's in-place
+    activation take ~5% off a GPT-2 forward (`python bench/in_place.py`). Bit-identical.
+    Under autocast (x in a lower precision than b) the sum is promoted, as x + b would be.
+    """
+    if torch.is_grad_enabled() or x.dtype != b.dtype:
+        return x + b
+    return x.add_(b)
 
 
 class Embed(nn.Module):
@@ -173,9 +192,9 @@ class Attention(nn.Module):
             # A broadcast view, no memory: with heads as a batch axis the einsum reads W where it
             # lies instead of copying it into one [d_model, n_heads*d_head] matrix on every call.
             x = einops.repeat(x, "batch posn d_model -> batch posn n_heads d_model", n_heads=W.shape[0])
-        return einops.einsum(
+        return add_bias(einops.einsum(
             x, W, "batch posn n_heads d_model, n_heads d_model d_head -> batch posn n_heads d_head"
-        ) + b
+        ), b)
 
     def forward(
         self,
@@ -237,9 +256,9 @@ class Attention(nn.Module):
                 )
             )
             return result.sum(dim=2) + self.b_O
-        return einops.einsum(
+        return add_bias(einops.einsum(
             z, self.W_O, "batch posn n_heads d_head, n_heads d_head d_model -> batch posn d_model"
-        ) + self.b_O
+        ), self.b_O)
 
 
 class MLP(nn.Module):
@@ -254,9 +273,14 @@ class MLP(nn.Module):
         self.hook_post = HookPoint()  # [batch, posn, d_mlp]
 
     def forward(self, x: Float[Tensor, "batch posn d_model"]) -> Float[Tensor, "batch posn d_model"]:
-        pre = self.hook_pre(einops.einsum(x, self.W_in, "batch posn d_model, d_model d_mlp -> batch posn d_mlp") + self.b_in)
-        post = self.hook_post(self.act_fn(pre))
-        return einops.einsum(post, self.W_out, "batch posn d_mlp, d_mlp d_model -> batch posn d_model") + self.b_out
+        pre = self.hook_pre(add_bias(einops.einsum(x, self.W_in, "batch posn d_model, d_model d_mlp -> batch posn d_mlp"), self.b_in))
+        act_in_place = IN_PLACE.get(self.act_fn)
+        if act_in_place is not None and not torch.is_grad_enabled() and not self.hook_pre.has_hooks:
+            post = act_in_place(pre)  # nobody keeps pre: overwrite it rather than allocate d_mlp more
+        else:
+            post = self.act_fn(pre)
+        post = self.hook_post(post)
+        return add_bias(einops.einsum(post, self.W_out, "batch posn d_mlp, d_mlp d_model -> batch posn d_model"), self.b_out)
 
 
 class TransformerBlock(nn.Module):

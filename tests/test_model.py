@@ -546,6 +546,77 @@ def test_unembed_gives_the_plain_einsum_on_every_path(d_vocab, shape):
     assert with_grad.requires_grad
 
 
+@pytest.mark.parametrize("act_fn", ["gelu_new", "gelu", "relu", "gelu_fast"])
+def test_in_place_bias_and_activation_give_the_autograd_paths_logits(tiny_model, tiny_tokens, act_fn):
+    """Without autograd, biases are added into the fresh matmul outputs and the MLP's
+    activation overwrites an unhooked hook_pre; with autograd on, both make new tensors.
+    The logits are the same, and on the autograd path match a plain-torch reference."""
+    model = GPT(Config(**{**tiny_model.cfg.__dict__, "act_fn": act_fn}))
+    model.load_state_dict(tiny_model.state_dict())
+    with torch.inference_mode():
+        in_place = model(tiny_tokens)
+    with_grad = model(tiny_tokens)
+    assert with_grad.requires_grad
+    torch.testing.assert_close(in_place, with_grad.detach(), atol=1e-6, rtol=1e-6)
+    if act_fn == "gelu_new":
+        torch.testing.assert_close(with_grad.detach(), reference_logits(model, tiny_tokens), atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("mode", ["inference_mode", "no_grad"])
+def test_hook_pre_keeps_the_pre_activation_when_the_activation_runs_in_place(tiny_model, tiny_tokens, mode):
+    """The activation overwrites hook_pre's tensor only when nothing hooks hook_pre: a cached
+    or stored pre-activation is never turned into the post-activation behind a user's back."""
+    mlp = tiny_model.blocks[1].mlp
+    context = torch.inference_mode if mode == "inference_mode" else torch.no_grad
+    with context():
+        _, cache = tiny_model.run_with_cache(tiny_tokens, names_filter=lambda n: n.startswith("blocks.1.") and "mlp" in n or n.endswith("1.ln2.hook_normalized"))
+        kept = []  # a hook that keeps a reference, no clone
+        tiny_model.run_with_hooks(tiny_tokens, fwd_hooks=[("blocks.1.mlp.hook_pre", lambda t, hook: kept.append(t))])
+        _, post_only = tiny_model.run_with_cache(tiny_tokens, names_filter="blocks.1.mlp.hook_post")
+    ln2 = tiny_model.blocks[1].ln2
+    x = cache["blocks.1.ln2.hook_normalized"] * ln2.w.detach() + ln2.b.detach()
+    pre = x @ mlp.W_in.detach() + mlp.b_in.detach()
+    post = F.gelu(pre, approximate="tanh")
+    assert not torch.allclose(pre, post)  # the check below can tell them apart
+    torch.testing.assert_close(cache["pre", 1], pre, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(kept[0], pre, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(cache["post", 1], post, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(post_only["post", 1], post, atol=1e-5, rtol=1e-5)
+
+
+def test_add_bias_promotes_like_plus_when_dtypes_differ():
+    """Under autocast a matmul output can be bfloat16 while the bias stays float32: the
+    in-place add would fail (or round), so add_bias falls back to x + b there."""
+    from interp_gpt.model import add_bias
+
+    x = torch.randn(3, 5).to(torch.bfloat16)
+    b = torch.randn(5)
+    with torch.inference_mode():
+        out = add_bias(x.clone(), b)
+        same = x.float().clone()
+        out_same = add_bias(same, b)
+    assert out.dtype == torch.float32
+    torch.testing.assert_close(out, x + b, atol=0, rtol=0)
+    assert out_same.data_ptr() == same.data_ptr()  # same dtype: written in place
+    torch.testing.assert_close(out_same, x.float() + b, atol=0, rtol=0)
+
+
+def test_inference_mode_adds_biases_and_runs_the_activation_in_place(tiny_model, tiny_tokens):
+    """The in-place ops are really taken (what makes them worth having: no d_mlp-sized tensor
+    per layer for the activation, no new tensor per bias) and not under autograd."""
+    from torch.profiler import ProfilerActivity, profile
+
+    def ops(grad: bool) -> set[str]:
+        with torch.set_grad_enabled(grad), profile(activities=[ProfilerActivity.CPU]) as prof:
+            tiny_model(tiny_tokens)
+        return {e.key for e in prof.key_averages()}
+
+    without, with_grad = ops(False), ops(True)
+    assert "aten::gelu_" in without and "aten::gelu" not in without
+    assert "aten::add_" in without
+    assert "aten::gelu" in with_grad and "aten::gelu_" not in with_grad
+
+
 @pytest.mark.parametrize("side", ["left", "right"])
 def test_hooked_attention_path_with_padding_has_no_nan_and_the_fast_paths_logits(tiny_model, side):
     """A hook on hook_pattern switches to the written-out attention (scaled q, mask filled in
