@@ -123,6 +123,15 @@ def return_freed_memory_to_os() -> None:
         pass
 
 
+def memory_in_use(device: str = "cpu") -> int:
+    """RSS on the CPU; torch's allocated bytes on CUDA (after a gc)."""
+    gc.collect()
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+        return torch.cuda.memory_allocated()
+    return rss_bytes()
+
+
 class PeakMemory:
     """Peak memory increase of the code inside `with`, over what was in use on entry.
 
@@ -134,6 +143,7 @@ class PeakMemory:
         self.device = device
         self.increase: int | None = None
         self.peak: int | None = None
+        self.entry: int | None = None
 
     def __enter__(self) -> PeakMemory:
         gc.collect()
@@ -153,6 +163,7 @@ class PeakMemory:
             self.peak = torch.cuda.max_memory_allocated()
         else:
             self.peak = peak_rss_bytes()
+        self.entry = self._base
         self.increase = self.peak - self._base if self._ok else None
 
 

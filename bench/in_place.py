@@ -71,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\n{shape}: logits bit-identical: {same}")
         del a, b
         for what in ["forward", "run_with_cache (all hooks)"]:
-            run = (lambda: model(tokens)) if what == "forward" else (lambda: model.run_with_cache(tokens))
+            run = (lambda t=tokens: model(t)) if what == "forward" else (lambda t=tokens: model.run_with_cache(t))
             wall: dict[str, list[float]] = {"A": [], "B": []}
             cpu: dict[str, list[float]] = {"A": [], "B": []}
             with torch.inference_mode():
