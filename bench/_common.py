@@ -146,14 +146,11 @@ class PeakMemory:
         self.entry: int | None = None
 
     def __enter__(self) -> PeakMemory:
-        gc.collect()
+        self.entry = memory_in_use(self.device)
         if self.device.startswith("cuda"):
-            torch.cuda.synchronize()
             torch.cuda.reset_peak_memory_stats()
-            self._base = torch.cuda.memory_allocated()
             self._ok = True
         else:
-            self._base = rss_bytes()
             self._ok = reset_peak_rss()
         return self
 
@@ -163,8 +160,7 @@ class PeakMemory:
             self.peak = torch.cuda.max_memory_allocated()
         else:
             self.peak = peak_rss_bytes()
-        self.entry = self._base
-        self.increase = self.peak - self._base if self._ok else None
+        self.increase = self.peak - self.entry if self._ok else None
 
 
 def cache_bytes(cache: Any) -> tuple[int, int]:

@@ -335,10 +335,10 @@ class Bench:
                 kept = mem.get(impl + " held", {}).get(shape, {}).get("all")
                 if kept is not None and kept > 64 * 2**20:
                     print(f"  note: {name} holds {C.fmt_bytes(kept)} from its earlier calls when a call starts; "
-                          "its peak memory increases above count it")
+                          "its peak memory over the loaded model above counts it")
             self._cache_goals(shape, med, mem)
             out[shape] = {"times": times, "median": med, "bytes": bytes_, "hooks": counts}
-        out["peak_memory_increase"] = mem
+        out["peak_memory_over_loaded"] = mem
         self.report.results["cache"] = out
 
     def _cache_goals(self, shape: str, med: dict[str, float], mem: dict[str, Any]) -> None:
