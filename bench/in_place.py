@@ -51,6 +51,14 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.repeats < 1:
         p.error(f"--repeats: expected at least 1, got {args.repeats}")
+    if args.threads is not None and args.threads < 1:
+        p.error(f"--threads: expected at least 1, got {args.threads}")
+    shapes = []
+    for shape in args.shapes.split(","):
+        parts = shape.strip().split("x")
+        if len(parts) != 2 or not all(part.isdigit() and int(part) > 0 for part in parts):
+            p.error(f"--shapes: expected BATCHxPOS pairs of positive integers such as 4x128, got {shape!r}")
+        shapes.append((int(parts[0]), int(parts[1])))
     if args.threads:
         torch.set_num_threads(args.threads)
     folder, _ = _common.checkpoint(args.checkpoint)
@@ -58,8 +66,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"interp_gpt forward, in-place ops on (A) vs off (B); torch {torch.__version__}, "
           f"{torch.get_num_threads()} threads, {args.repeats} rounds after 1 warm-up, medians")
     failed = False
-    for shape in args.shapes.split(","):
-        batch, pos = (int(s) for s in shape.split("x"))
+    for batch, pos in shapes:
+        shape = f"{batch}x{pos}"
         tokens = _common.random_tokens(batch, pos)
         with torch.inference_mode():
             a = model(tokens)
