@@ -198,8 +198,12 @@ def forward_flops(
     linear = 2 * tokens * n_layers * (4 * d_model * d_model + 2 * d_model * d_mlp)
     unembed = 2 * tokens * d_model * d_vocab
     attention = 2 * 2 * n_layers * batch * d_model * pos * (pos + 1) / 2
-    return {"linear": float(linear), "unembed": float(unembed), "attention": float(attention),
-            "total": float(linear + unembed + attention)}
+    return {
+        "linear": float(linear),
+        "unembed": float(unembed),
+        "attention": float(attention),
+        "total": float(linear + unembed + attention),
+    }
 
 
 def matmul_roofline(device: str = "cpu", repeats: int = 3) -> tuple[float, list[dict[str, Any]]]:

@@ -38,7 +38,9 @@ def main(argv: list[str] | None = None) -> None:
         used.copy_(src)
         used_s.append(time.perf_counter() - t0)
     f, u = statistics.median(fresh_s), statistics.median(used_s)
-    print(f"copy of {args.mb:.0f} MB, median of {args.repeats}, torch {torch.__version__}, {torch.get_num_threads()} threads")
+    print(
+        f"copy of {args.mb:.0f} MB, median of {args.repeats}, torch {torch.__version__}, {torch.get_num_threads()} threads"
+    )
     print(f"  into fresh memory: {f * 1e3:7.1f} ms  ({args.mb / 1e3 / f:5.2f} GB/s)")
     print(f"  into used memory:  {u * 1e3:7.1f} ms  ({args.mb / 1e3 / u:5.2f} GB/s)")
     print(f"  first touch costs {f / u:.1f}x the copy itself")

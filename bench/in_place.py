@@ -63,8 +63,10 @@ def main(argv: list[str] | None = None) -> int:
         torch.set_num_threads(args.threads)
     folder, _ = _common.checkpoint(args.checkpoint)
     model = GPT.from_pretrained(str(folder), tokenizer=None)
-    print(f"interp_gpt forward, in-place ops on (A) vs off (B); torch {torch.__version__}, "
-          f"{torch.get_num_threads()} threads, {args.repeats} rounds after 1 warm-up, medians")
+    print(
+        f"interp_gpt forward, in-place ops on (A) vs off (B); torch {torch.__version__}, "
+        f"{torch.get_num_threads()} threads, {args.repeats} rounds after 1 warm-up, medians"
+    )
     failed = False
     for batch, pos in shapes:
         shape = f"{batch}x{pos}"
@@ -97,8 +99,10 @@ def main(argv: list[str] | None = None) -> int:
                             cpu[side].append(c1 - c0)
             mw = {s: statistics.median(v) for s, v in wall.items()}
             mc = {s: statistics.median(v) for s, v in cpu.items()}
-            print(f"  {what:28s} wall A {mw['A'] * 1e3:8.1f} ms  B {mw['B'] * 1e3:8.1f} ms  A/B {mw['A'] / mw['B']:.3f}"
-                  f"   cpu A {mc['A'] * 1e3:8.1f} ms  B {mc['B'] * 1e3:8.1f} ms  A/B {mc['A'] / mc['B']:.3f}")
+            print(
+                f"  {what:28s} wall A {mw['A'] * 1e3:8.1f} ms  B {mw['B'] * 1e3:8.1f} ms  A/B {mw['A'] / mw['B']:.3f}"
+                f"   cpu A {mc['A'] * 1e3:8.1f} ms  B {mc['B'] * 1e3:8.1f} ms  A/B {mc['A'] / mc['B']:.3f}"
+            )
     return 1 if failed else 0
 
 

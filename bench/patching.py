@@ -114,21 +114,29 @@ def main(argv: list[str] | None = None) -> int:
 
     max_diff = float((our_result - tl_result).abs().max())
     n_layers, n_pos = our_result.shape
-    print(f"activation patching, resid_pre: {n_layers} layers x {n_pos} positions = {n_layers * n_pos} patches; "
-          f"GPT-2-small shape, random weights (processed), batch 1 x {args.tokens} tokens")
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; transformer-lens {transformer_lens_version()} "
-          f"({type(tl).__name__}); python {sys.version.split()[0]}; "
-          f"load average {load_before[0]:.2f} before, {os.getloadavg()[0]:.2f} after")
+    print(
+        f"activation patching, resid_pre: {n_layers} layers x {n_pos} positions = {n_layers * n_pos} patches; "
+        f"GPT-2-small shape, random weights (processed), batch 1 x {args.tokens} tokens"
+    )
+    print(
+        f"torch {torch.__version__}, {torch.get_num_threads()} threads; transformer-lens {transformer_lens_version()} "
+        f"({type(tl).__name__}); python {sys.version.split()[0]}; "
+        f"load average {load_before[0]:.2f} before, {os.getloadavg()[0]:.2f} after"
+    )
     print(f"{'':<32}{'time (s)':>10}{'vs TL':>10}{'goal':>8}")
     print(f"{'transformer-lens (1 run/patch)':<32}{t_tl:>10.3f}{1.0:>10.3f}{'':>8}   median of {args.tl_repeats}")
     print(f"{'interp_gpt (batched)':<32}{t_ours:>10.3f}{t_ours / t_tl:>10.3f}{'0.25':>8}   median of {args.repeats}")
     print(f"{'interp_gpt attribution':<32}{t_attr:>10.3f}{t_attr / t_tl:>10.4f}{'0.025':>8}   median of {args.repeats}")
-    print(f"{'  (all 16 estimate kinds)':<32}{t_attr_all:>10.3f}{t_attr_all / t_tl:>10.4f}{'':>8}   "
-          "resid_pre/mid/post, attn_out, mlp_out, every head's z/q/k/v/pattern")
+    print(
+        f"{'  (all 16 estimate kinds)':<32}{t_attr_all:>10.3f}{t_attr_all / t_tl:>10.4f}{'':>8}   "
+        "resid_pre/mid/post, attn_out, mlp_out, every head's z/q/k/v/pattern"
+    )
     print(f"ours vs transformer-lens: max |diff| = {max_diff:.2e} (must be < 1e-4)")
     print(f"attribution vs activation patching (resid_pre): Pearson r = {comparison.correlation:.3f}")
-    print(f"speed-up: ours {t_tl / t_ours:.1f}x, attribution {t_tl / t_attr:.0f}x; goals met: "
-          f"ours {'yes' if t_ours <= t_tl / 4 else 'NO'}, attribution {'yes' if t_attr <= t_tl / 40 else 'NO'}")
+    print(
+        f"speed-up: ours {t_tl / t_ours:.1f}x, attribution {t_tl / t_attr:.0f}x; goals met: "
+        f"ours {'yes' if t_ours <= t_tl / 4 else 'NO'}, attribution {'yes' if t_attr <= t_tl / 40 else 'NO'}"
+    )
     assert max_diff < 1e-4, f"our resid_pre sweep differs from transformer-lens' by {max_diff:.2e}"
     tmp.cleanup()
     return 0

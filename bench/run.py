@@ -193,16 +193,25 @@ class Bench:
 
     # ----- forward ---------------------------------------------------------
     def forward(self, peak_gflops: float) -> None:
-        self.header(f"forward logits, no hooks (inference_mode; median of {self.repeats} after {self.warmup} warm-up, interleaved)")
+        self.header(
+            f"forward logits, no hooks (inference_mode; median of {self.repeats} after {self.warmup} warm-up, interleaved)"
+        )
         m = self.models
-        names = {"hf_sdpa": "HF GPT2LMHeadModel sdpa", "hf_eager": "HF GPT2LMHeadModel eager",
-                 "ours": "interp_gpt processed", "ours_unproc": "interp_gpt unprocessed"}
+        names = {
+            "hf_sdpa": "HF GPT2LMHeadModel sdpa",
+            "hf_eager": "HF GPT2LMHeadModel eager",
+            "ours": "interp_gpt processed",
+            "ours_unproc": "interp_gpt unprocessed",
+        }
         if self.tl:
             names["tl"] = f"{self.tl} processed"
         # The roofline's largest matmul joins the rounds as one more competitor, so the
         # peak rate is also sampled under the conditions the forwards ran in.
         gen = torch.Generator().manual_seed(0)
-        a, b = torch.randn(512, 768, generator=gen).to(self.device), torch.randn(768, 50257, generator=gen).to(self.device)
+        a, b = (
+            torch.randn(512, 768, generator=gen).to(self.device),
+            torch.randn(768, 50257, generator=gen).to(self.device),
+        )
         mm_out = torch.empty(512, 50257, device=self.device)
         measured: dict[str, dict[str, list[float]]] = {}
         for batch, pos in self.shapes:
@@ -214,13 +223,19 @@ class Bench:
                 for key in ("hf_sdpa", "hf_eager"):
                     ref = hf_logits if key == "hf_sdpa" else m.get(key)(toks, use_cache=False).logits
                     d = float((ours_u - ref).abs().max())
-                    self.report.check(f"forward {shape}: interp_gpt unprocessed logits vs {names[key]}",
-                                      d <= LOGITS_ATOL, f"max |diff| {d:.2e} (atol {LOGITS_ATOL:g})")
+                    self.report.check(
+                        f"forward {shape}: interp_gpt unprocessed logits vs {names[key]}",
+                        d <= LOGITS_ATOL,
+                        f"max |diff| {d:.2e} (atol {LOGITS_ATOL:g})",
+                    )
                 if self.tl:
                     lp = m.get("ours")(toks).log_softmax(-1)
                     d = float((lp - m.get("tl")(toks).log_softmax(-1)).abs().max())
-                    self.report.check(f"forward {shape}: interp_gpt processed log-probs vs {names['tl']}",
-                                      d <= LOGITS_ATOL, f"max |diff| {d:.2e} (atol {LOGITS_ATOL:g})")
+                    self.report.check(
+                        f"forward {shape}: interp_gpt processed log-probs vs {names['tl']}",
+                        d <= LOGITS_ATOL,
+                        f"max |diff| {d:.2e} (atol {LOGITS_ATOL:g})",
+                    )
                 del hf_logits, ours_u
                 fns = {
                     "hf_sdpa": lambda t=toks: m.get("hf_sdpa")(t, use_cache=False).logits,
@@ -235,7 +250,9 @@ class Bench:
         peak = max(peak_gflops, mm_rate)
         self.report.results["roofline"]["gflops_during_forward"] = mm_rate
         self.report.results["roofline"]["gflops_used"] = peak
-        print(f"roofline used: {peak:.1f} GFLOP/s (start-up {peak_gflops:.1f}; best interleaved [512x768]@[768x50257] {mm_rate:.1f})")
+        print(
+            f"roofline used: {peak:.1f} GFLOP/s (start-up {peak_gflops:.1f}; best interleaved [512x768]@[768x50257] {mm_rate:.1f})"
+        )
         out: dict[str, Any] = {}
         for (batch, pos), (shape, times) in zip(self.shapes, measured.items(), strict=True):
             med = {k: C.median(v) for k, v in times.items()}
@@ -247,25 +264,51 @@ class Bench:
                 rp, ru = ratio(med["ours"], med[key]), ratio(med["ours_unproc"], med[key])
                 goal = ""
                 if key == "hf_sdpa":
-                    goal = ("goal <= 0.90: processed " + self.report.goal(f"forward {shape}: ours processed / HF sdpa time", rp, "<= 0.90", rp <= 0.9)
-                            + ", unprocessed " + self.report.goal(f"forward {shape}: ours unprocessed / HF sdpa time", ru, "<= 0.90", ru <= 0.9))
-                rows.append([names[key], C.fmt_time(med[key]), C.fmt_time(min(times[key])), f"{bound / med[key]:.0%}",
-                             "-" if key.startswith("ours") else fr(rp), "-" if key.startswith("ours") else fr(ru), goal])
+                    goal = (
+                        "goal <= 0.90: processed "
+                        + self.report.goal(f"forward {shape}: ours processed / HF sdpa time", rp, "<= 0.90", rp <= 0.9)
+                        + ", unprocessed "
+                        + self.report.goal(
+                            f"forward {shape}: ours unprocessed / HF sdpa time", ru, "<= 0.90", ru <= 0.9
+                        )
+                    )
+                rows.append(
+                    [
+                        names[key],
+                        C.fmt_time(med[key]),
+                        C.fmt_time(min(times[key])),
+                        f"{bound / med[key]:.0%}",
+                        "-" if key.startswith("ours") else fr(rp),
+                        "-" if key.startswith("ours") else fr(ru),
+                        goal,
+                    ]
+                )
             table(["", "median", "min", "of roofline", "ours proc/peer", "ours unproc/peer", ""], rows)
             frac = bound / med["ours"]
-            line = (f"  roofline bound: {flops['total'] / 1e9:.1f} GFLOP (linear {flops['linear'] / 1e9:.1f}, unembed "
-                    f"{flops['unembed'] / 1e9:.1f}, attention {flops['attention'] / 1e9:.1f}) / {peak:.1f} GFLOP/s "
-                    f"= {C.fmt_time(bound)}; interp_gpt processed reaches {frac:.0%} of it")
+            line = (
+                f"  roofline bound: {flops['total'] / 1e9:.1f} GFLOP (linear {flops['linear'] / 1e9:.1f}, unembed "
+                f"{flops['unembed'] / 1e9:.1f}, attention {flops['attention'] / 1e9:.1f}) / {peak:.1f} GFLOP/s "
+                f"= {C.fmt_time(bound)}; interp_gpt processed reaches {frac:.0%} of it"
+            )
             if (batch, pos) == self.shapes[0]:
-                line += "; goal >= 75%: " + self.report.goal(f"forward {shape}: ours processed fraction of roofline", frac, ">= 0.75", frac >= 0.75)
+                line += "; goal >= 75%: " + self.report.goal(
+                    f"forward {shape}: ours processed fraction of roofline", frac, ">= 0.75", frac >= 0.75
+                )
             print(line)
-            out[shape] = {"times": times, "median": med, "flops": flops, "roofline_bound_s": bound,
-                          "ours_fraction_of_roofline": frac}
+            out[shape] = {
+                "times": times,
+                "median": med,
+                "flops": flops,
+                "roofline_bound_s": bound,
+                "ours_fraction_of_roofline": frac,
+            }
         self.report.results["forward"] = out
 
     # ----- run_with_cache --------------------------------------------------
     def cache(self) -> None:
-        self.header(f"run_with_cache (inference_mode; median of {self.repeats} after {self.warmup} warm-up, interleaved)")
+        self.header(
+            f"run_with_cache (inference_mode; median of {self.repeats} after {self.warmup} warm-up, interleaved)"
+        )
         if not self.tl:
             print("  transformer-lens is not installed: interp_gpt rows only")
         from interp_gpt.compare import ATOL, RTOL, diff_tensors
@@ -298,44 +341,83 @@ class Bench:
                     _, t_one = tl.run_with_cache(toks, names_filter=one)
                     bytes_.update({"tl all": C.cache_bytes(t_all), "tl one": C.cache_bytes(t_one)})
                     counts.update({"tl all": len(t_all), "tl one": len(t_one)})
-                    hooks = ["blocks.0.hook_resid_pre", f"blocks.{L}.attn.hook_pattern", f"blocks.{L}.mlp.hook_post",
-                             "blocks.11.hook_resid_post", "ln_final.hook_normalized"]
+                    hooks = [
+                        "blocks.0.hook_resid_pre",
+                        f"blocks.{L}.attn.hook_pattern",
+                        f"blocks.{L}.mlp.hook_post",
+                        "blocks.11.hook_resid_post",
+                        "ln_final.hook_normalized",
+                    ]
                     worst, bad = 0.0, []
                     for h in hooks:
                         d, _, ok, _ = diff_tensors(c_all[h], t_all[h], ATOL, RTOL)
                         worst = max(worst, d)
                         if not ok:
                             bad.append(h)
-                    self.report.check(f"cache {shape}: {len(hooks)} hooks vs {self.tl} ({', '.join(h.split('.')[-1] for h in hooks)})",
-                                      not bad, f"max |diff| {worst:.2e} (atol {ATOL:g} + rtol {RTOL:g} |ref|)"
-                                      + (f"; outside: {', '.join(bad)}" if bad else ""))
-                    fns.update({
-                        "tl plain": lambda t=toks, tl=tl: tl(t),
-                        "tl all": lambda t=toks, tl=tl: tl.run_with_cache(t),
-                        "tl one": lambda t=toks, tl=tl: tl.run_with_cache(t, names_filter=one),
-                    })
+                    self.report.check(
+                        f"cache {shape}: {len(hooks)} hooks vs {self.tl} ({', '.join(h.split('.')[-1] for h in hooks)})",
+                        not bad,
+                        f"max |diff| {worst:.2e} (atol {ATOL:g} + rtol {RTOL:g} |ref|)"
+                        + (f"; outside: {', '.join(bad)}" if bad else ""),
+                    )
+                    fns.update(
+                        {
+                            "tl plain": lambda t=toks, tl=tl: tl(t),
+                            "tl all": lambda t=toks, tl=tl: tl.run_with_cache(t),
+                            "tl one": lambda t=toks, tl=tl: tl.run_with_cache(t, names_filter=one),
+                        }
+                    )
                     del t_all, t_one
                 del c_all, c_one
                 times = C.interleaved(fns, self.repeats, self.warmup, self.device)
             med = {k: C.median(v) for k, v in times.items()}
-            labels = {"ours plain": "interp_gpt forward, no hooks", "ours all": "interp_gpt all hooks",
-                      "ours one": f"interp_gpt blocks.{L}.*", "ours one, stop": f"interp_gpt blocks.{L}.*, return_type=None",
-                      "tl plain": f"{self.tl} forward, no hooks", "tl all": f"{self.tl} all hooks", "tl one": f"{self.tl} blocks.{L}.*"}
+            labels = {
+                "ours plain": "interp_gpt forward, no hooks",
+                "ours all": "interp_gpt all hooks",
+                "ours one": f"interp_gpt blocks.{L}.*",
+                "ours one, stop": f"interp_gpt blocks.{L}.*, return_type=None",
+                "tl plain": f"{self.tl} forward, no hooks",
+                "tl all": f"{self.tl} all hooks",
+                "tl one": f"{self.tl} blocks.{L}.*",
+            }
             rows = []
             for key in fns:
                 peer = "tl" + key.removeprefix("ours") if key.startswith("ours") else None
                 r = ratio(med[key], med.get(peer)) if peer in med else None
                 b = bytes_.get(key)
                 pm = mem.get(key.split()[0], {}).get(shape, {}).get(key.split(" ", 1)[1].replace(", stop", "_stop"))
-                rows.append([labels[key], C.fmt_time(med[key]), C.fmt_time(min(times[key])), fr(ratio(med[key], med["ours plain" if key.startswith("ours") else "tl plain"])),
-                             fr(r) if key.startswith("ours") else "-", str(counts.get(key, "")),
-                             f"{C.fmt_bytes(b[0])} / {C.fmt_bytes(b[1])}" if b else "", C.fmt_bytes(pm) if pm is not None else "n/a"])
-            table(["", "median", "min", "x own forward", "ours/TL", "hooks", "bytes cached (sum / distinct)", "peak mem over loaded"], rows)
+                rows.append(
+                    [
+                        labels[key],
+                        C.fmt_time(med[key]),
+                        C.fmt_time(min(times[key])),
+                        fr(ratio(med[key], med["ours plain" if key.startswith("ours") else "tl plain"])),
+                        fr(r) if key.startswith("ours") else "-",
+                        str(counts.get(key, "")),
+                        f"{C.fmt_bytes(b[0])} / {C.fmt_bytes(b[1])}" if b else "",
+                        C.fmt_bytes(pm) if pm is not None else "n/a",
+                    ]
+                )
+            table(
+                [
+                    "",
+                    "median",
+                    "min",
+                    "x own forward",
+                    "ours/TL",
+                    "hooks",
+                    "bytes cached (sum / distinct)",
+                    "peak mem over loaded",
+                ],
+                rows,
+            )
             for impl, name in (("ours", "interp_gpt"), ("tl", self.tl)):
                 kept = mem.get(impl + " held", {}).get(shape, {}).get("all")
                 if kept is not None and kept > 64 * 2**20:
-                    print(f"  note: {name} holds {C.fmt_bytes(kept)} from its earlier calls when a call starts; "
-                          "its peak memory over the loaded model above counts it")
+                    print(
+                        f"  note: {name} holds {C.fmt_bytes(kept)} from its earlier calls when a call starts; "
+                        "its peak memory over the loaded model above counts it"
+                    )
             self._cache_goals(shape, med, mem)
             out[shape] = {"times": times, "median": med, "bytes": bytes_, "hooks": counts}
         out["peak_memory_over_loaded"] = mem
@@ -346,29 +428,54 @@ class Bench:
         lines = []
         if "tl all" in med:
             r = ratio(med["ours all"], med["tl all"])
-            lines.append("all hooks, ours/TL time: " + g(f"cache {shape}: all hooks, ours / {self.tl} time", r, "<= 0.60", r <= 0.6))
+            lines.append(
+                "all hooks, ours/TL time: "
+                + g(f"cache {shape}: all hooks, ours / {self.tl} time", r, "<= 0.60", r <= 0.6)
+            )
         r = ratio(med["ours all"], med["ours plain"])
-        lines.append("all hooks / our forward: " + g(f"cache {shape}: all hooks / our plain forward time", r, "<= 1.30", r <= 1.3))
+        lines.append(
+            "all hooks / our forward: "
+            + g(f"cache {shape}: all hooks / our plain forward time", r, "<= 1.30", r <= 1.3)
+        )
         # One layer's share: caching 1 of n layers should cost about 1/n of what caching all
         # of them costs over a plain forward. We allow 1.5x that share, plus 5% of the
         # forward for timing noise.
         share = (med["ours all"] - med["ours plain"]) / 12
         extra = med["ours one"] - med["ours plain"]
         allowed = 1.5 * max(share, 0.0) + 0.05 * med["ours plain"]
-        lines.append(f"one layer's extra time {C.fmt_time(extra)} vs its share {C.fmt_time(share)}: "
-                     + g(f"cache {shape}: one layer's extra time / (all hooks' extra / 12)", ratio(extra, share),
-                         "<= 1.5 x share + 5% of forward", extra <= allowed))
+        lines.append(
+            f"one layer's extra time {C.fmt_time(extra)} vs its share {C.fmt_time(share)}: "
+            + g(
+                f"cache {shape}: one layer's extra time / (all hooks' extra / 12)",
+                ratio(extra, share),
+                "<= 1.5 x share + 5% of forward",
+                extra <= allowed,
+            )
+        )
         ours_mem = mem.get("ours", {}).get(shape, {})
         if ours_mem.get("one") is not None and ours_mem.get("all") is not None and ours_mem.get("plain") is not None:
             share_m = (ours_mem["all"] - ours_mem["plain"]) / 12
             extra_m = ours_mem["one"] - ours_mem["plain"]
-            lines.append(f"one layer's extra memory {C.fmt_bytes(extra_m)} vs its share {C.fmt_bytes(share_m)}: "
-                         + g(f"cache {shape}: one layer's extra peak memory / (all hooks' extra / 12)", ratio(extra_m, share_m),
-                             "<= 1.5 x share + 16 MiB", extra_m <= 1.5 * max(share_m, 0) + 16 * 2**20))
+            lines.append(
+                f"one layer's extra memory {C.fmt_bytes(extra_m)} vs its share {C.fmt_bytes(share_m)}: "
+                + g(
+                    f"cache {shape}: one layer's extra peak memory / (all hooks' extra / 12)",
+                    ratio(extra_m, share_m),
+                    "<= 1.5 x share + 16 MiB",
+                    extra_m <= 1.5 * max(share_m, 0) + 16 * 2**20,
+                )
+            )
         tl_mem = mem.get("tl", {}).get(shape, {})
-        if shape == f"{self.shapes[1][0]}x{self.shapes[1][1]}" and ours_mem.get("all") is not None and tl_mem.get("all") is not None:
+        if (
+            shape == f"{self.shapes[1][0]}x{self.shapes[1][1]}"
+            and ours_mem.get("all") is not None
+            and tl_mem.get("all") is not None
+        ):
             r = ratio(ours_mem["all"], tl_mem["all"])
-            lines.append("all hooks peak memory, ours/TL: " + g(f"cache {shape}: all hooks peak memory, ours / {self.tl}", r, "<= 1.00", r <= 1.0))
+            lines.append(
+                "all hooks peak memory, ours/TL: "
+                + g(f"cache {shape}: all hooks peak memory, ours / {self.tl}", r, "<= 1.00", r <= 1.0)
+            )
         for line in lines:
             print("  goal: " + line)
 
@@ -384,8 +491,10 @@ class Bench:
     # ----- generation ------------------------------------------------------
     def generate(self) -> None:
         batch, pos, new = (1, 8, 16) if self.quick else (1, 32, 64)
-        self.header(f"greedy generation, KV cache: prompt {batch}x{pos} + {new} new tokens "
-                    f"(median of {self.repeats} after {self.warmup} warm-up, interleaved)")
+        self.header(
+            f"greedy generation, KV cache: prompt {batch}x{pos} + {new} new tokens "
+            f"(median of {self.repeats} after {self.warmup} warm-up, interleaved)"
+        )
         m = self.models
         toks = self.tokens(batch, pos, seed=1)
         ours = m.get("ours")
@@ -399,12 +508,14 @@ class Bench:
         fns: dict[str, Any] = {}
         for key in ("hf_sdpa", "hf_eager"):
             hf = m.get(key)
-            fns[key] = (lambda hf=hf: hf.generate(toks, attention_mask=torch.ones_like(toks), do_sample=False,
-                                                  max_new_tokens=new, use_cache=True))
+            fns[key] = lambda hf=hf: hf.generate(
+                toks, attention_mask=torch.ones_like(toks), do_sample=False, max_new_tokens=new, use_cache=True
+            )
         if self.tl:
             tl = m.get("tl")
-            fns["tl"] = lambda: tl.generate(toks, max_new_tokens=new, do_sample=False, use_past_kv_cache=True,
-                                            stop_at_eos=False, verbose=False)
+            fns["tl"] = lambda: tl.generate(
+                toks, max_new_tokens=new, do_sample=False, use_past_kv_cache=True, stop_at_eos=False, verbose=False
+            )
         has_ours = hasattr(ours, "generate")
         with torch.inference_mode():
             reference = fns["hf_sdpa"]()
@@ -413,22 +524,42 @@ class Bench:
                 for key, model in (("ours_unproc", m.get("ours_unproc")), ("ours", ours)):
                     got = ours_generate(model)()
                     same = got.shape == reference.shape and bool((got == reference).all())
-                    n_same = int((got[:, pos:] == reference[:, pos:]).all(0).int().cumprod(0).sum()) if got.shape == reference.shape else 0
-                    self.report.check(f"generate: interp_gpt {'unprocessed' if key == 'ours_unproc' else 'processed'} tokens vs HF sdpa greedy",
-                                      same, f"first {n_same} of {new} new tokens equal", required=key == "ours_unproc")
+                    n_same = (
+                        int((got[:, pos:] == reference[:, pos:]).all(0).int().cumprod(0).sum())
+                        if got.shape == reference.shape
+                        else 0
+                    )
+                    self.report.check(
+                        f"generate: interp_gpt {'unprocessed' if key == 'ours_unproc' else 'processed'} tokens vs HF sdpa greedy",
+                        same,
+                        f"first {n_same} of {new} new tokens equal",
+                        required=key == "ours_unproc",
+                    )
             else:
                 print("  interp_gpt: GPT.generate is not there yet -> N/A")
             if self.tl:
                 got = fns["tl"]()
                 same = got.shape == reference.shape and bool((got == reference).all())
-                n_same = int((got[:, pos:] == reference[:, pos:]).all(0).int().cumprod(0).sum()) if got.shape == reference.shape else 0
-                self.report.check(f"generate: {self.tl} (processed) tokens vs HF sdpa greedy", same,
-                                  f"first {n_same} of {new} new tokens equal", required=False)
+                n_same = (
+                    int((got[:, pos:] == reference[:, pos:]).all(0).int().cumprod(0).sum())
+                    if got.shape == reference.shape
+                    else 0
+                )
+                self.report.check(
+                    f"generate: {self.tl} (processed) tokens vs HF sdpa greedy",
+                    same,
+                    f"first {n_same} of {new} new tokens equal",
+                    required=False,
+                )
             times = C.interleaved(fns, self.repeats, self.warmup, self.device)
         med = {k: C.median(v) for k, v in times.items()}
         tps = {k: batch * new / v for k, v in med.items()}
-        labels = {"hf_sdpa": "HF GPT2LMHeadModel sdpa generate", "hf_eager": "HF GPT2LMHeadModel eager generate",
-                  "tl": f"{self.tl} generate", "ours": "interp_gpt processed generate"}
+        labels = {
+            "hf_sdpa": "HF GPT2LMHeadModel sdpa generate",
+            "hf_eager": "HF GPT2LMHeadModel eager generate",
+            "tl": f"{self.tl} generate",
+            "ours": "interp_gpt processed generate",
+        }
         rows = []
         for key in ["hf_sdpa", "hf_eager"] + (["tl"] if self.tl else []) + ["ours"]:
             if key not in med:
@@ -437,18 +568,37 @@ class Bench:
             r = ratio(tps.get("ours"), tps[key]) if key != "ours" else None
             goal = ""
             if key == "hf_sdpa":
-                goal = "goal >= 1.00: " + self.report.goal("generate: ours / HF sdpa tokens/s", r, ">= 1.00", None if r is None else r >= 1.0)
-            rows.append([labels[key], C.fmt_time(med[key]), C.fmt_time(min(times[key])), f"{tps[key]:.1f}", "-" if key == "ours" else fr(r), goal])
+                goal = "goal >= 1.00: " + self.report.goal(
+                    "generate: ours / HF sdpa tokens/s", r, ">= 1.00", None if r is None else r >= 1.0
+                )
+            rows.append(
+                [
+                    labels[key],
+                    C.fmt_time(med[key]),
+                    C.fmt_time(min(times[key])),
+                    f"{tps[key]:.1f}",
+                    "-" if key == "ours" else fr(r),
+                    goal,
+                ]
+            )
         table(["", "median", "min", "tokens/s (median)", "ours/peer tok/s", ""], rows)
-        self.report.results["generate"] = {"prompt": [batch, pos], "new_tokens": new, "times": times,
-                                           "median": med, "tokens_per_s": tps}
+        self.report.results["generate"] = {
+            "prompt": [batch, pos],
+            "new_tokens": new,
+            "times": times,
+            "median": med,
+            "tokens_per_s": tps,
+        }
 
     # ----- loading ---------------------------------------------------------
     def load(self) -> None:
         repeats = self.args.repeats or (1 if self.quick else 3)
         self.header(f"loading the local checkpoint (a fresh process per load; median of {repeats}, interleaved)")
-        impls = {"hf": "HF GPT2LMHeadModel.from_pretrained (sdpa)", "ours": "interp_gpt from_pretrained (processed)",
-                 "ours_np": "interp_gpt from_pretrained_no_processing"}
+        impls = {
+            "hf": "HF GPT2LMHeadModel.from_pretrained (sdpa)",
+            "ours": "interp_gpt from_pretrained (processed)",
+            "ours_np": "interp_gpt from_pretrained_no_processing",
+        }
         if self.tl:
             impls["tl"] = f"{self.tl}: to_transformer_lens (processed)"
         # Read the weights once so that every process finds them in the page cache.
@@ -461,17 +611,30 @@ class Bench:
                 if res:
                     runs[key].append(res)
         fields = ("load_s", "peak_increase", "ready_s", "ready_peak_increase", "resident_increase", "import_s")
-        med = {k: {f: C.median([r[f] for r in v if r.get(f) is not None]) if v else None for f in fields}
-               for k, v in runs.items()}
+        med = {
+            k: {f: C.median([r[f] for r in v if r.get(f) is not None]) if v else None for f in fields}
+            for k, v in runs.items()
+        }
         rows = []
         for key, label in impls.items():
             mk = med[key]
             if mk["load_s"] is None:
                 rows.append([label, "error", "", "", "", "", ""])
                 continue
-            rows.append([label, C.fmt_time(mk["load_s"]), C.fmt_bytes(mk["peak_increase"]), C.fmt_time(mk["ready_s"]),
-                         C.fmt_bytes(mk["ready_peak_increase"]), C.fmt_bytes(mk["resident_increase"]), C.fmt_time(mk["import_s"])])
-        table(["", "load", "load peak RSS +", "ready (+1 token fwd)", "ready peak RSS +", "RSS + after", "import"], rows)
+            rows.append(
+                [
+                    label,
+                    C.fmt_time(mk["load_s"]),
+                    C.fmt_bytes(mk["peak_increase"]),
+                    C.fmt_time(mk["ready_s"]),
+                    C.fmt_bytes(mk["ready_peak_increase"]),
+                    C.fmt_bytes(mk["resident_increase"]),
+                    C.fmt_time(mk["import_s"]),
+                ]
+            )
+        table(
+            ["", "load", "load peak RSS +", "ready (+1 token fwd)", "ready peak RSS +", "RSS + after", "import"], rows
+        )
         g = self.report.goal
         for peer in ("hf", "tl"):
             if peer not in impls or med[peer]["load_s"] is None:
@@ -481,15 +644,31 @@ class Bench:
                     continue
                 r = {f: ratio(med[key][f], med[peer][f]) for f in fields}
                 if peer == "hf":
-                    print(f"  goal: ours {what} / HF: load time " + g(f"load: ours {what} / HF time", r["load_s"], "<= 1.00", r["load_s"] <= 1.0)
-                          + "; load peak RSS " + g(f"load: ours {what} / HF peak RSS increase", r["peak_increase"], "<= 1.00",
-                                                   None if r["peak_increase"] is None else r["peak_increase"] <= 1.0)
-                          + "; ready time " + g(f"load+first forward: ours {what} / HF time", r["ready_s"], "<= 1.00", r["ready_s"] <= 1.0)
-                          + "; ready peak RSS " + g(f"load+first forward: ours {what} / HF peak RSS increase", r["ready_peak_increase"],
-                                                    "<= 1.00", None if r["ready_peak_increase"] is None else r["ready_peak_increase"] <= 1.0))
+                    print(
+                        f"  goal: ours {what} / HF: load time "
+                        + g(f"load: ours {what} / HF time", r["load_s"], "<= 1.00", r["load_s"] <= 1.0)
+                        + "; load peak RSS "
+                        + g(
+                            f"load: ours {what} / HF peak RSS increase",
+                            r["peak_increase"],
+                            "<= 1.00",
+                            None if r["peak_increase"] is None else r["peak_increase"] <= 1.0,
+                        )
+                        + "; ready time "
+                        + g(f"load+first forward: ours {what} / HF time", r["ready_s"], "<= 1.00", r["ready_s"] <= 1.0)
+                        + "; ready peak RSS "
+                        + g(
+                            f"load+first forward: ours {what} / HF peak RSS increase",
+                            r["ready_peak_increase"],
+                            "<= 1.00",
+                            None if r["ready_peak_increase"] is None else r["ready_peak_increase"] <= 1.0,
+                        )
+                    )
                 else:
-                    print(f"  ours {what} / {self.tl}: load time {fr(r['load_s'])}, load peak RSS {fr(r['peak_increase'])}, "
-                          f"ready time {fr(r['ready_s'])}, ready peak RSS {fr(r['ready_peak_increase'])}")
+                    print(
+                        f"  ours {what} / {self.tl}: load time {fr(r['load_s'])}, load peak RSS {fr(r['peak_increase'])}, "
+                        f"ready time {fr(r['ready_s'])}, ready peak RSS {fr(r['ready_peak_increase'])}"
+                    )
         self.report.results["load"] = {"runs": runs, "median": med}
 
     # ----- patching --------------------------------------------------------
@@ -526,11 +705,15 @@ class Bench:
     # ----- worker processes --------------------------------------------------
     def worker(self, job: dict[str, Any]) -> dict[str, Any] | None:
         job = {**job, "folder": str(self.folder), "device": self.device, "threads": torch.get_num_threads()}
-        proc = subprocess.run([sys.executable, __file__, "--worker", json.dumps(job)],
-                              capture_output=True, text=True, env={**os.environ, "PYTHONWARNINGS": "ignore"})
+        proc = subprocess.run(
+            [sys.executable, __file__, "--worker", json.dumps(job)],
+            capture_output=True,
+            text=True,
+            env={**os.environ, "PYTHONWARNINGS": "ignore"},
+        )
         for line in proc.stdout.splitlines():
             if line.startswith(RESULT_TAG):
-                return json.loads(line[len(RESULT_TAG):])
+                return json.loads(line[len(RESULT_TAG) :])
         tail = (proc.stderr or proc.stdout).strip().splitlines()[-5:]
         print(f"  worker {job['job']}/{job['impl']} failed (exit {proc.returncode}): " + " | ".join(tail))
         return None
@@ -594,10 +777,15 @@ def worker_load(impl: str, folder: Path, device: str) -> dict[str, Any]:
     ready_s = time.perf_counter() - t0
     peak_ready = C.peak_rss_bytes()
     resident = C.rss_bytes() - base
-    return {"load_s": load_s, "ready_s": ready_s, "import_s": import_s,
-            "peak_increase": peak_load - base if ok else None,
-            "ready_peak_increase": peak_ready - base if ok else None,
-            "resident_increase": resident, "peak": peak_ready}
+    return {
+        "load_s": load_s,
+        "ready_s": ready_s,
+        "import_s": import_s,
+        "peak_increase": peak_load - base if ok else None,
+        "ready_peak_increase": peak_ready - base if ok else None,
+        "resident_increase": resident,
+        "peak": peak_ready,
+    }
 
 
 def worker_cache_memory(impl: str, folder: Path, device: str, shapes: list[list[int]], layer: int) -> dict[str, Any]:
@@ -621,8 +809,11 @@ def worker_cache_memory(impl: str, folder: Path, device: str, shapes: list[list[
         loaded = C.memory_in_use(device)
         for batch, pos in shapes:
             toks = C.random_tokens(batch, pos).to(device)
-            calls = {"plain": lambda t=toks: model(t), "all": lambda t=toks: model.run_with_cache(t),
-                     "one": lambda t=toks: model.run_with_cache(t, names_filter=one)}
+            calls = {
+                "plain": lambda t=toks: model(t),
+                "all": lambda t=toks: model.run_with_cache(t),
+                "one": lambda t=toks: model.run_with_cache(t, names_filter=one),
+            }
             if impl == "ours":
                 calls["one_stop"] = lambda t=toks: model.run_with_cache(t, names_filter=one, return_type=None)
             model(toks)  # warm-up: first-call allocations are not the call's own
@@ -650,32 +841,55 @@ def environment(args: argparse.Namespace, folder: Path, how: str) -> dict[str, A
     except (OSError, StopIteration):
         pass
     env = {
-        "python": platform.python_version(), "torch": torch.__version__, "transformers": transformers.__version__,
-        "transformer_lens": tl_name() or "not installed", "device": args.device,
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "transformer_lens": tl_name() or "not installed",
+        "device": args.device,
         "device_name": torch.cuda.get_device_name() if args.device.startswith("cuda") else cpu,
-        "threads": torch.get_num_threads(), "cpus": os.cpu_count(), "load_average": os.getloadavg(),
-        "checkpoint": str(folder), "checkpoint_from": how,
+        "threads": torch.get_num_threads(),
+        "cpus": os.cpu_count(),
+        "load_average": os.getloadavg(),
+        "checkpoint": str(folder),
+        "checkpoint_from": how,
     }
-    print(f"interp_gpt benchmark{' (--quick)' if args.quick else ''}: GPT-2-small shape, random weights, fp32 on "
-          f"{args.device} ({env['device_name']})")
-    print(f"python {env['python']}, torch {env['torch']} ({env['threads']} threads, {env['cpus']} CPUs), "
-          f"transformers {env['transformers']}, transformer-lens: {env['transformer_lens']}")
+    print(
+        f"interp_gpt benchmark{' (--quick)' if args.quick else ''}: GPT-2-small shape, random weights, fp32 on "
+        f"{args.device} ({env['device_name']})"
+    )
+    print(
+        f"python {env['python']}, torch {env['torch']} ({env['threads']} threads, {env['cpus']} CPUs), "
+        f"transformers {env['transformers']}, transformer-lens: {env['transformer_lens']}"
+    )
     la = env["load_average"]
     print(f"load average {la[0]:.2f} {la[1]:.2f} {la[2]:.2f}; checkpoint {folder} ({how})")
     if args.device == "cpu" and env["threads"] > 1 and la[0] > 0.5 * (env["cpus"] or 1):
-        print(f"note: the machine is busy (load {la[0]:.1f} on {env['cpus']} CPUs); {env['threads']} torch threads then "
-              "wait on each other and single runs can take several times their median: --threads 1 is steadier")
+        print(
+            f"note: the machine is busy (load {la[0]:.1f} on {env['cpus']} CPUs); {env['threads']} torch threads then "
+            "wait on each other and single runs can take several times their median: --threads 1 is steadier"
+        )
     return env
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0], epilog="See bench/README.md for what each row means.")
-    p.add_argument("--quick", action="store_true", help="smaller shapes, fewer repeats: a smoke test of a couple of minutes")
-    p.add_argument("--only", default=",".join(SECTIONS), help=f"comma-separated sections (default: all): {','.join(SECTIONS)}")
-    p.add_argument("--repeats", type=int, default=None, help="timed repeats per row (default 5; --quick 2; loading 3 / 1)")
+    p = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0], epilog="See bench/README.md for what each row means."
+    )
+    p.add_argument(
+        "--quick", action="store_true", help="smaller shapes, fewer repeats: a smoke test of a couple of minutes"
+    )
+    p.add_argument(
+        "--only", default=",".join(SECTIONS), help=f"comma-separated sections (default: all): {','.join(SECTIONS)}"
+    )
+    p.add_argument(
+        "--repeats", type=int, default=None, help="timed repeats per row (default 5; --quick 2; loading 3 / 1)"
+    )
     p.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's choice)")
-    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu",
-                   help="cpu or cuda (default: cuda when available)")
+    p.add_argument(
+        "--device",
+        default="cuda" if torch.cuda.is_available() else "cpu",
+        help="cpu or cuda (default: cuda when available)",
+    )
     p.add_argument("--checkpoint", default=None, help="folder for the random GPT-2-small checkpoint (built once)")
     p.add_argument("--json", default=None, metavar="OUT.json", help="also write every measurement to this file")
     p.add_argument("--worker", default=None, help=argparse.SUPPRESS)
@@ -718,13 +932,26 @@ def main(argv: list[str] | None = None) -> int:
         shown = "n/a" if g["value"] is None else f"{g['value']:.3g}"
         print(f"  {g['status']:<4}  {g['goal']}: {shown} (goal {g['target']})")
     failed = [c for c in rep.checks if c["required"] and not c["ok"]]
-    print(f"\n{len(rep.checks)} output checks, {len(failed)} failed"
-          + ("".join(f"\n  FAIL {c['check']}: {c['detail']}" for c in failed)))
+    print(
+        f"\n{len(rep.checks)} output checks, {len(failed)} failed"
+        + ("".join(f"\n  FAIL {c['check']}: {c['detail']}" for c in failed))
+    )
     la = os.getloadavg()
     print(f"finished in {time.perf_counter() - started:.0f} s; load average now {la[0]:.2f} {la[1]:.2f} {la[2]:.2f}")
     if args.json:
-        Path(args.json).write_text(json.dumps({"environment": env, "results": rep.results, "goals": rep.goals,
-                                               "checks": rep.checks, "notes": rep.notes}, indent=1, default=str))
+        Path(args.json).write_text(
+            json.dumps(
+                {
+                    "environment": env,
+                    "results": rep.results,
+                    "goals": rep.goals,
+                    "checks": rep.checks,
+                    "notes": rep.notes,
+                },
+                indent=1,
+                default=str,
+            )
+        )
         print(f"wrote {args.json}")
     return 1 if failed else 0
 

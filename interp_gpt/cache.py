@@ -60,9 +60,7 @@ def _index(s: Any, arg: str) -> int | slice | Tensor:
             return operator.index(s)
         except TypeError:
             pass
-    raise TypeError(
-        f"{arg}={s!r}: expected None, an int, a (start, stop[, step]) tuple, or a list / tensor of indices"
-    )
+    raise TypeError(f"{arg}={s!r}: expected None, an int, a (start, stop[, step]) tuple, or a list / tensor of indices")
 
 
 def _take(t: Tensor, idx: int | slice | Tensor, dim: int) -> Tensor:
@@ -109,9 +107,7 @@ class ActivationCache(Mapping[str, Tensor]):
             if layer is not None:
                 n_layers = self.model.cfg.n_layers
                 if not isinstance(layer, int) or not -n_layers <= layer < n_layers:
-                    raise KeyError(
-                        f"cache[{key!r}]: layer {layer!r} is out of range, layers are 0..{n_layers - 1}"
-                    )
+                    raise KeyError(f"cache[{key!r}]: layer {layer!r} is out of range, layers are 0..{n_layers - 1}")
                 layer %= n_layers
             return get_act_name(name, layer, rest[1] if len(rest) > 1 else None)
         raise KeyError(f"cache key must be a hook name or a (name, layer[, layer_type]) tuple, got {key!r}")
@@ -170,9 +166,7 @@ class ActivationCache(Mapping[str, Tensor]):
             return self
         for name, t in self.cache_dict.items():
             if t.shape[0] != 1:
-                raise ValueError(
-                    f"remove_batch_dim: {name} has batch size {t.shape[0]}; only a batch of 1 can drop it"
-                )
+                raise ValueError(f"remove_batch_dim: {name} has batch size {t.shape[0]}; only a batch of 1 can drop it")
         self.cache_dict = {k: v[0] for k, v in self.cache_dict.items()}
         self.has_batch_dim = False
         return self

@@ -30,8 +30,10 @@ from typing import Any, NoReturn
 DEFAULT_MODEL = "tiny-gpt2"
 RANDOM_MODEL = "random-gpt2-small"
 DEFAULT_PROMPT = "When Mary and John went to the store, John gave a drink to"
-_MODEL_HELP = (f"{DEFAULT_MODEL} (default, shipped, offline), {RANDOM_MODEL} (random weights, built offline), "
-               "a hub id such as gpt2, a local folder or a weights file")
+_MODEL_HELP = (
+    f"{DEFAULT_MODEL} (default, shipped, offline), {RANDOM_MODEL} (random weights, built offline), "
+    "a hub id such as gpt2, a local folder or a weights file"
+)
 
 
 class UsageError(ValueError):
@@ -118,8 +120,10 @@ def _prompt_tokens(model: Any, name: str, prompt: str, room: int = 0) -> Any:
     Example: `_prompt_tokens(model, "tiny-gpt2", "Hello")` -> tensor([[2047, ...]]).
     """
     if model.tokenizer is None:
-        raise UsageError(f"MODEL {name!r} has no tokenizer, so it cannot read PROMPT; "
-                         f"use a model with tokenizer files, e.g. {DEFAULT_MODEL}")
+        raise UsageError(
+            f"MODEL {name!r} has no tokenizer, so it cannot read PROMPT; "
+            f"use a model with tokenizer files, e.g. {DEFAULT_MODEL}"
+        )
     if prompt == "":
         raise UsageError("PROMPT is empty; give some text, e.g. 'Once upon a time'")
     bos = model.cfg.default_prepend_bos
@@ -129,8 +133,10 @@ def _prompt_tokens(model: Any, name: str, prompt: str, room: int = 0) -> Any:
     if n > ctx:
         raise UsageError(f"PROMPT is {counted}, longer than the context of {name!r} ({ctx} tokens); shorten it")
     if n + room > ctx:
-        raise UsageError(f"PROMPT is {counted} and --max-new-tokens is {room}: {n + room} tokens is longer than "
-                         f"the context of {name!r} ({ctx} tokens); use --max-new-tokens {ctx - n} or less")
+        raise UsageError(
+            f"PROMPT is {counted} and --max-new-tokens is {room}: {n + room} tokens is longer than "
+            f"the context of {name!r} ({ctx} tokens); use --max-new-tokens {ctx - n} or less"
+        )
     return tokens.to(model.W_E.device)
 
 
@@ -168,8 +174,9 @@ def _table(header: list[str], rows: list[list[str]], right: frozenset[int] = fro
     widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
 
     def line(cells: list[str]) -> str:
-        return "  ".join(c.rjust(w) if i in right else c.ljust(w)
-                         for i, (c, w) in enumerate(zip(cells, widths, strict=True))).rstrip()
+        return "  ".join(
+            c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths, strict=True))
+        ).rstrip()
 
     return "\n".join([line(header), line(["-" * w for w in widths]), *map(line, rows)])
 
@@ -185,16 +192,25 @@ def _cmd_generate(args: argparse.Namespace) -> int:
         raise UsageError(f"--temperature must be > 0, got {args.temperature}")
     if args.top_p is not None and not 0 < args.top_p <= 1:
         raise UsageError(f"--top-p must be in (0, 1], got {args.top_p}")
-    sampling = [o for o, v in (("--temperature", args.temperature), ("--top-k", args.top_k), ("--top-p", args.top_p))
-                if v is not None]
+    sampling = [
+        o
+        for o, v in (("--temperature", args.temperature), ("--top-k", args.top_k), ("--top-p", args.top_p))
+        if v is not None
+    ]
     if args.greedy and sampling:
-        raise UsageError(f"--greedy always takes the most likely token; it cannot be combined with {', '.join(sampling)}")
+        raise UsageError(
+            f"--greedy always takes the most likely token; it cannot be combined with {', '.join(sampling)}"
+        )
     model = _load(args.model)
     tokens = _prompt_tokens(model, args.model, args.prompt, room=args.max_new_tokens)
     out = model.generate(
-        tokens, max_new_tokens=args.max_new_tokens, do_sample=not args.greedy,
+        tokens,
+        max_new_tokens=args.max_new_tokens,
+        do_sample=not args.greedy,
         temperature=1.0 if args.temperature is None else args.temperature,
-        top_k=args.top_k, top_p=args.top_p, seed=args.seed,
+        top_k=args.top_k,
+        top_p=args.top_p,
+        seed=args.seed,
     )
     first = 1 if model.cfg.default_prepend_bos else 0  # the BOS we put in front is not the user's text
     print(model.to_string(out[0, first:]))
@@ -234,8 +250,10 @@ def _cmd_lens(args: argparse.Namespace) -> int:
         for k in range(top):
             cells = [f"{_show_token(guesses[L][k])} {probs[L, pos, k]:.3f}" for L in range(n_layers)]
             rows.append([str(pos) if k == 0 else "", _show_token(token) if k == 0 else "", *cells])
-    print(f"logit lens of {args.model} on {n_pos} tokens: the top {top} next-token prediction(s) "
-          "(probability) if the model stopped at each layer; final_post is the model's output\n")
+    print(
+        f"logit lens of {args.model} on {n_pos} tokens: the top {top} next-token prediction(s) "
+        "(probability) if the model stopped at each layer; final_post is the model's output\n"
+    )
     print(_table(["pos", "token", *labels], rows, right=frozenset({0})))
     return 0
 
@@ -248,16 +266,21 @@ def _cmd_heads(args: argparse.Namespace) -> int:
     seq_len, batch = min(50, (model.cfg.n_ctx - 1) // 2), 8  # head_scores' defaults, stated
     scores = head_scores(model, seq_len=seq_len, batch_size=batch)
     n_layers, n_heads = model.cfg.n_layers, model.cfg.n_heads
-    rows = [[str(L), str(h), *(f"{s[L, h]:.3f}" for s in scores.values())]
-            for L in range(n_layers) for h in range(n_heads)]
-    print(f"head scores of {args.model} on {batch} sequences of {seq_len} random tokens, each repeated "
-          "(mean attention, 0..1)\n")
+    rows = [
+        [str(L), str(h), *(f"{s[L, h]:.3f}" for s in scores.values())] for L in range(n_layers) for h in range(n_heads)
+    ]
+    print(
+        f"head scores of {args.model} on {batch} sequences of {seq_len} random tokens, each repeated "
+        "(mean attention, 0..1)\n"
+    )
     print(_table(["layer", "head", *scores], rows, right=frozenset(range(2 + len(scores)))))
     top = min(args.top, n_layers * n_heads)
     print()
     for name, s in scores.items():
         values, flat = s.flatten().topk(top)
-        best = ", ".join(f"L{i // n_heads}H{i % n_heads} {v:.3f}" for v, i in zip(values.tolist(), flat.tolist(), strict=True))
+        best = ", ".join(
+            f"L{i // n_heads}H{i % n_heads} {v:.3f}" for v, i in zip(values.tolist(), flat.tolist(), strict=True)
+        )
         print(f"top {top} {name} heads: {best}")
     return 0
 
@@ -279,10 +302,14 @@ def _cmd_compare(args: argparse.Namespace) -> int:
         tokens = ours.to_tokens(args.prompt)
         shown = f"prompt {args.prompt!r} ({tokens.shape[1]} tokens)"
     else:
-        tokens = torch.randint(0, ours.cfg.d_vocab, (1, min(24, ours.cfg.n_ctx)), generator=torch.Generator().manual_seed(0))
+        tokens = torch.randint(
+            0, ours.cfg.d_vocab, (1, min(24, ours.cfg.n_ctx)), generator=torch.Generator().manual_seed(0)
+        )
         shown = f"{tokens.shape[1]} random tokens (seed 0; no tokenizer for this model)"
-    print(f"model: {args.model} ({ours.cfg.n_layers} layers, d_model {ours.cfg.d_model}, "
-          f"{'processed' if processed else 'unprocessed'} weights); input: {shown}\n")
+    print(
+        f"model: {args.model} ({ours.cfg.n_layers} layers, d_model {ours.cfg.d_model}, "
+        f"{'processed' if processed else 'unprocessed'} weights); input: {shown}\n"
+    )
     reports = []
     if "tl" in against:
         reports.append(compare(ours, to_transformer_lens(source, processed), tokens))
@@ -303,7 +330,10 @@ def _cmd_compare(args: argparse.Namespace) -> int:
 def _subcommand(sub: Any, name: str, help: str, description: str, examples: list[str], usage: str | None = None) -> Any:
     """One subcommand's parser, its examples in the epilog (shown by --help)."""
     return sub.add_parser(
-        name, help=help, description=textwrap.fill(description, 88), usage=usage,
+        name,
+        help=help,
+        description=textwrap.fill(description, 88),
+        usage=usage,
         epilog="examples:\n" + "\n".join(f"  interp-gpt {name} {e}".rstrip() for e in examples),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -317,18 +347,25 @@ def _add_model_prompt(p: argparse.ArgumentParser) -> None:
 
 def _add_generate(sub: Any) -> None:
     p = _subcommand(
-        sub, "generate", "continue a prompt with the model and print the text",
+        sub,
+        "generate",
+        "continue a prompt with the model and print the text",
         "Continue PROMPT token by token (sampling by default) and print the prompt with its continuation. "
         "Generation stops early at the end-of-text token.",
-        ["'Once upon a time'", "tiny-gpt2 'ROMEO:' --max-new-tokens 80 --temperature 0.8 --top-k 40 --seed 1",
-         "gpt2 'The Eiffel Tower is in' --greedy"],
+        [
+            "'Once upon a time'",
+            "tiny-gpt2 'ROMEO:' --max-new-tokens 80 --temperature 0.8 --top-k 40 --seed 1",
+            "gpt2 'The Eiffel Tower is in' --greedy",
+        ],
         usage="interp-gpt generate [MODEL] PROMPT [options]",
     )
     _add_model_prompt(p)
     p.add_argument("--max-new-tokens", type=int, default=40, metavar="N", help="tokens to add (default: 40)")
     p.add_argument("--temperature", type=float, metavar="T", help="divide the logits by T before sampling (default: 1)")
     p.add_argument("--top-k", type=int, metavar="K", help="sample among the K most likely tokens only")
-    p.add_argument("--top-p", type=float, metavar="P", help="sample among the most likely tokens whose probabilities add up to P")
+    p.add_argument(
+        "--top-p", type=float, metavar="P", help="sample among the most likely tokens whose probabilities add up to P"
+    )
     p.add_argument("--greedy", action="store_true", help="always take the most likely token (no sampling)")
     p.add_argument("--seed", type=int, metavar="S", help="seed the sampling, so the same command gives the same text")
     p.set_defaults(func=_cmd_generate)
@@ -336,7 +373,9 @@ def _add_generate(sub: Any) -> None:
 
 def _add_attention(sub: Any) -> None:
     p = _subcommand(
-        sub, "attention", "write an HTML page showing every head's attention on a prompt",
+        sub,
+        "attention",
+        "write an HTML page showing every head's attention on a prompt",
         "Run PROMPT and write one self-contained HTML page (plotly.js inside, works offline) with the attention "
         "pattern of every head, a layer menu and a head menu. Prints the path written.",
         ["'The cat sat on the mat. The cat'", "tiny-gpt2 'ROMEO: But soft' --layer 1 --head 2 --out romeo.html"],
@@ -345,13 +384,17 @@ def _add_attention(sub: Any) -> None:
     _add_model_prompt(p)
     p.add_argument("--layer", type=int, default=0, metavar="L", help="layer shown first (default: 0)")
     p.add_argument("--head", type=int, default=0, metavar="H", help="head shown first (default: 0)")
-    p.add_argument("--out", default="attention.html", metavar="PAGE.html", help="where to write (default: attention.html)")
+    p.add_argument(
+        "--out", default="attention.html", metavar="PAGE.html", help="where to write (default: attention.html)"
+    )
     p.set_defaults(func=_cmd_attention)
 
 
 def _add_lens(sub: Any) -> None:
     p = _subcommand(
-        sub, "lens", "print the logit lens: each layer's top next-token guess at each position",
+        sub,
+        "lens",
+        "print the logit lens: each layer's top next-token guess at each position",
         "The logit lens: the residual stream entering each layer (and after the last, final_post) goes through "
         "the final LayerNorm and the unembedding. One row per prompt position, one column per layer; each cell "
         "is the top predicted next token (as a Python string literal, long ones cut with …) and its probability.",
@@ -359,13 +402,17 @@ def _add_lens(sub: Any) -> None:
         usage="interp-gpt lens [MODEL] PROMPT [options]",
     )
     _add_model_prompt(p)
-    p.add_argument("--top", type=int, default=1, metavar="N", help="show the N most likely tokens per cell (default: 1)")
+    p.add_argument(
+        "--top", type=int, default=1, metavar="N", help="show the N most likely tokens per cell (default: 1)"
+    )
     p.set_defaults(func=_cmd_lens)
 
 
 def _add_heads(sub: Any) -> None:
     p = _subcommand(
-        sub, "heads", "score every attention head as previous-token, duplicate-token and induction head",
+        sub,
+        "heads",
+        "score every attention head as previous-token, duplicate-token and induction head",
         "Run the model on repeated random tokens and print, for every (layer, head), its mean attention to the "
         "previous token, to earlier copies of the current token, and to the token after an earlier copy "
         "(induction); then the top N heads for each score.",
@@ -378,7 +425,9 @@ def _add_heads(sub: Any) -> None:
 
 def _add_compare(sub: Any) -> None:
     p = _subcommand(
-        sub, "compare", "compare a model's logits and every activation against transformer-lens and Hugging Face",
+        sub,
+        "compare",
+        "compare a model's logits and every activation against transformer-lens and Hugging Face",
         "Load MODEL into interp_gpt, transformer-lens and Hugging Face transformers and print, per hook, "
         "the largest difference.",
         ["", "gpt2 --prompt 'Hello world'", "./my-gpt2-folder --unprocessed --per-layer"],
@@ -395,7 +444,8 @@ def _add_compare(sub: Any) -> None:
 def build_parser() -> argparse.ArgumentParser:
     """The `interp-gpt` parser and its subcommands (each with --help and examples)."""
     parser = _Parser(
-        prog="interp-gpt", description="A readable, hookable GPT-2 for interpretability.",
+        prog="interp-gpt",
+        description="A readable, hookable GPT-2 for interpretability.",
         epilog=f"MODEL defaults to {DEFAULT_MODEL}, the small model shipped with the package.\n\n"
         "examples:\n  interp-gpt generate 'Once upon a time'\n  interp-gpt heads\n  interp-gpt SUBCOMMAND --help",
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -422,8 +472,10 @@ def main(argv: list[str] | None = None) -> int:
         return int(args.func(args))
     except ModuleNotFoundError as e:
         if e.name and e.name.split(".")[0] in ("transformer_lens", "transformers"):
-            print(f"error: {e.name} is not installed; install the comparison extra: pip install 'interp-gpt[compare]'",
-                  file=sys.stderr)
+            print(
+                f"error: {e.name} is not installed; install the comparison extra: pip install 'interp-gpt[compare]'",
+                file=sys.stderr,
+            )
             return 2
         raise
     except (OSError, ValueError) as e:

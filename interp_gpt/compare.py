@@ -79,25 +79,42 @@ class ComparisonReport:
         return out
 
     def table(self, per_layer: bool = True) -> str:
-        rows = self.rows if per_layer else [
-            HookDiff(f, (), v, max(r.max_rel for r in self.rows if re.sub(r"^blocks\.\d+\.", "blocks.*.", r.name) == f),
-                     all(r.ok for r in self.rows if re.sub(r"^blocks\.\d+\.", "blocks.*.", r.name) == f))
-            for f, v in self.families().items()
-        ]
+        rows = (
+            self.rows
+            if per_layer
+            else [
+                HookDiff(
+                    f,
+                    (),
+                    v,
+                    max(r.max_rel for r in self.rows if re.sub(r"^blocks\.\d+\.", "blocks.*.", r.name) == f),
+                    all(r.ok for r in self.rows if re.sub(r"^blocks\.\d+\.", "blocks.*.", r.name) == f),
+                )
+                for f, v in self.families().items()
+            ]
+        )
         width = max([len(r.name) for r in rows] + [10])
-        lines = [f"interp_gpt vs {self.reference}  (tolerance: atol {self.atol:g} + rtol {self.rtol:g} * |ref|)",
-                 f"{'hook':<{width}}  {'shape':<20} {'max |diff|':>11} {'max rel':>10}  ok"]
+        lines = [
+            f"interp_gpt vs {self.reference}  (tolerance: atol {self.atol:g} + rtol {self.rtol:g} * |ref|)",
+            f"{'hook':<{width}}  {'shape':<20} {'max |diff|':>11} {'max rel':>10}  ok",
+        ]
         for r in rows:
             shape = "x".join(map(str, r.shape)) if r.shape else ""
-            lines.append(f"{r.name:<{width}}  {shape:<20} {r.max_abs:>11.3e} {r.max_rel:>10.3e}  "
-                         f"{'yes' if r.ok else 'NO'}{'  ' + r.note if r.note else ''}")
+            lines.append(
+                f"{r.name:<{width}}  {shape:<20} {r.max_abs:>11.3e} {r.max_rel:>10.3e}  "
+                f"{'yes' if r.ok else 'NO'}{'  ' + r.note if r.note else ''}"
+            )
         which = "log-probs" if self.logprobs else "logits"
-        lines.append(f"logits max |diff| {self.logits_max_abs:.3e}; log-probs max |diff| {self.logprobs_max_abs:.3e} "
-                     f"(judged on {which}, tolerance {self.logits_atol:g}): {'ok' if self.logits_ok else 'NO'}")
+        lines.append(
+            f"logits max |diff| {self.logits_max_abs:.3e}; log-probs max |diff| {self.logprobs_max_abs:.3e} "
+            f"(judged on {which}, tolerance {self.logits_atol:g}): {'ok' if self.logits_ok else 'NO'}"
+        )
         if self.only_ours or self.only_reference:
             lines.append(f"hooks only we expose: {len(self.only_ours)}; only the reference: {len(self.only_reference)}")
-        lines.append(f"{len(self.rows)} shared hooks, {len(self.failures)} outside tolerance -> "
-                     f"{'PASS' if self.passed else 'FAIL'}")
+        lines.append(
+            f"{len(self.rows)} shared hooks, {len(self.failures)} outside tolerance -> "
+            f"{'PASS' if self.passed else 'FAIL'}"
+        )
         return "\n".join(lines)
 
     def __str__(self) -> str:
@@ -105,8 +122,11 @@ class ComparisonReport:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "reference": self.reference, "passed": self.passed, "logits_max_abs": self.logits_max_abs,
-            "logprobs_max_abs": self.logprobs_max_abs, "families": self.families(),
+            "reference": self.reference,
+            "passed": self.passed,
+            "logits_max_abs": self.logits_max_abs,
+            "logprobs_max_abs": self.logprobs_max_abs,
+            "families": self.families(),
             "hooks": {r.name: {"max_abs": r.max_abs, "max_rel": r.max_rel, "ok": r.ok} for r in self.rows},
         }
 
@@ -114,7 +134,12 @@ class ComparisonReport:
 def diff_tensors(ours: Tensor, ref: Tensor, atol: float = ATOL, rtol: float = RTOL) -> tuple[float, float, bool, str]:
     """(max abs diff, max relative diff, within tolerance, note). Equal infinities count as equal."""
     if tuple(ours.shape) != tuple(ref.shape):
-        return float("inf"), float("inf"), False, f"shapes differ: ours {tuple(ours.shape)}, reference {tuple(ref.shape)}"
+        return (
+            float("inf"),
+            float("inf"),
+            False,
+            f"shapes differ: ours {tuple(ours.shape)}, reference {tuple(ref.shape)}",
+        )
     a, b = ours.detach().double().cpu(), ref.detach().double().cpu()
     same_inf = torch.isinf(a) & torch.isinf(b) & (torch.sign(a) == torch.sign(b))
     if bool(((~torch.isfinite(a)) ^ (~torch.isfinite(b))).any()) or bool(torch.isnan(a).any() or torch.isnan(b).any()):
@@ -122,7 +147,12 @@ def diff_tensors(ours: Tensor, ref: Tensor, atol: float = ATOL, rtol: float = RT
     err = torch.where(same_inf, 0.0, (a - b).abs())
     bound = atol + rtol * torch.where(same_inf, 0.0, b.abs())
     rel = err / torch.where(same_inf, 1.0, b.abs()).clamp_min(atol)
-    return float(err.max()) if err.numel() else 0.0, float(rel.max()) if rel.numel() else 0.0, bool((err <= bound).all()), ""
+    return (
+        float(err.max()) if err.numel() else 0.0,
+        float(rel.max()) if rel.numel() else 0.0,
+        bool((err <= bound).all()),
+        "",
+    )
 
 
 # ----------------------------------------------------------------------------
@@ -130,8 +160,12 @@ def diff_tensors(ours: Tensor, ref: Tensor, atol: float = ATOL, rtol: float = RT
 # ----------------------------------------------------------------------------
 def _is_transformers_model(obj: Any) -> bool:
     # transformer-lens 4's bridge also carries a .config; only HF models lack run_with_cache.
-    return (hasattr(obj, "config") and getattr(obj.config, "model_type", None) is not None
-            and hasattr(obj, "transformer") and not hasattr(obj, "run_with_cache"))
+    return (
+        hasattr(obj, "config")
+        and getattr(obj.config, "model_type", None) is not None
+        and hasattr(obj, "transformer")
+        and not hasattr(obj, "run_with_cache")
+    )
 
 
 def _reference_name(ref: Any) -> str:
@@ -151,11 +185,13 @@ def _run_transformers(ref: Any, tokens: Tensor) -> tuple[Tensor, dict[str, Tenso
     def out_hook(name: str, index: int | None = None):  # noqa: ANN202
         def fn(module, inputs, output):  # noqa: ANN001, ANN202
             acts[name] = (output[0] if isinstance(output, tuple) else output).detach()
+
         return fn
 
     def in_hook(name: str):  # noqa: ANN202
         def fn(module, inputs):  # noqa: ANN001, ANN202
             acts[name] = inputs[0].detach()
+
         return fn
 
     try:
@@ -239,7 +275,9 @@ def compare(
         logits_max_abs=float((logits.double() - ref_logits.double()).abs().max()),
         logprobs_max_abs=float((logits.double().log_softmax(-1) - ref_logits.double().log_softmax(-1)).abs().max()),
         logprobs=logprobs,
-        atol=atol, rtol=rtol, logits_atol=logits_atol,
+        atol=atol,
+        rtol=rtol,
+        logits_atol=logits_atol,
         only_ours=[n for n in cache.keys() if n not in ref_acts],
         only_reference=[n for n in ref_acts if n not in cache.cache_dict],
     )
@@ -278,8 +316,15 @@ def to_transformers(source: Any) -> Any:
     ours = from_pretrained_no_processing(source, tokenizer=None)
     cfg = ours.cfg
     hf_cfg = transformers.GPT2Config(
-        n_layer=cfg.n_layers, n_embd=cfg.d_model, n_head=cfg.n_heads, n_inner=cfg.d_mlp, vocab_size=cfg.d_vocab,
-        n_positions=cfg.n_ctx, n_ctx=cfg.n_ctx, activation_function=cfg.act_fn, layer_norm_epsilon=cfg.layer_norm_eps,
+        n_layer=cfg.n_layers,
+        n_embd=cfg.d_model,
+        n_head=cfg.n_heads,
+        n_inner=cfg.d_mlp,
+        vocab_size=cfg.d_vocab,
+        n_positions=cfg.n_ctx,
+        n_ctx=cfg.n_ctx,
+        activation_function=cfg.act_fn,
+        layer_norm_epsilon=cfg.layer_norm_eps,
         tie_word_embeddings=False,
     )
     hf = transformers.GPT2LMHeadModel(hf_cfg)
@@ -330,14 +375,26 @@ def _hooked_transformer(hf: Any, processed: bool) -> Any:
 
     c = hf.config
     tl_cfg = HookedTransformerConfig(
-        n_layers=c.n_layer, d_model=c.n_embd, n_heads=c.n_head, d_head=c.n_embd // c.n_head,
-        d_mlp=c.n_inner or 4 * c.n_embd, d_vocab=c.vocab_size, n_ctx=c.n_positions, act_fn=c.activation_function,
-        eps=c.layer_norm_epsilon, normalization_type="LN", default_prepend_bos=True, original_architecture="GPT2LMHeadModel",
+        n_layers=c.n_layer,
+        d_model=c.n_embd,
+        n_heads=c.n_head,
+        d_head=c.n_embd // c.n_head,
+        d_mlp=c.n_inner or 4 * c.n_embd,
+        d_vocab=c.vocab_size,
+        n_ctx=c.n_positions,
+        act_fn=c.activation_function,
+        eps=c.layer_norm_epsilon,
+        normalization_type="LN",
+        default_prepend_bos=True,
+        original_architecture="GPT2LMHeadModel",
     )
     tl = HookedTransformer(tl_cfg)
     tl.load_and_process_state_dict(
-        convert_gpt2_weights(hf, tl_cfg), fold_ln=processed, center_writing_weights=processed,
-        center_unembed=processed, fold_value_biases=processed,
+        convert_gpt2_weights(hf, tl_cfg),
+        fold_ln=processed,
+        center_writing_weights=processed,
+        center_unembed=processed,
+        fold_value_biases=processed,
     )
     return tl.eval()
 
@@ -379,14 +436,19 @@ def _hf_tokenizer(d_vocab: int, ours: Any = None) -> Any:
         backend = tokenizers.Tokenizer(tokenizers.models.WordLevel(vocab, unk_token="<|endoftext|>"))
         backend.pre_tokenizer = tokenizers.pre_tokenizers.WhitespaceSplit()
     tok = PreTrainedTokenizerFast(
-        tokenizer_object=backend, bos_token="<|endoftext|>", eos_token="<|endoftext|>",
-        pad_token="<|endoftext|>", add_bos_token=True,
+        tokenizer_object=backend,
+        bos_token="<|endoftext|>",
+        eos_token="<|endoftext|>",
+        pad_token="<|endoftext|>",
+        add_bos_token=True,
     )
     tok.init_kwargs["name_or_path"] = "interp_gpt-reference"  # the bridge reads it
     return tok
 
 
-def compare_with_transformer_lens(source: Any, input: Any = None, processed: bool = True, **kwargs: Any) -> ComparisonReport:
+def compare_with_transformer_lens(
+    source: Any, input: Any = None, processed: bool = True, **kwargs: Any
+) -> ComparisonReport:
     """Load `source` into both interp_gpt and transformer-lens (offline for local checkpoints)
     and compare every hook.
 

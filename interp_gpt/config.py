@@ -49,8 +49,7 @@ class Config:
         if self.d_head == -1:
             if self.n_heads <= 0 or self.d_model % self.n_heads:
                 raise ValueError(
-                    f"Config: d_model={self.d_model} is not divisible by n_heads={self.n_heads}; "
-                    "pass d_head explicitly"
+                    f"Config: d_model={self.d_model} is not divisible by n_heads={self.n_heads}; pass d_head explicitly"
                 )
             self.d_head = self.d_model // self.n_heads
         if self.d_mlp == -1:
@@ -62,9 +61,7 @@ class Config:
         if self.act_fn not in ACT_FNS:
             raise ValueError(f"Config: act_fn={self.act_fn!r} is not one of {ACT_FNS}")
         if self.normalization_type not in ("LN", "LNPre"):
-            raise ValueError(
-                f"Config: normalization_type={self.normalization_type!r}, expected 'LN' or 'LNPre'"
-            )
+            raise ValueError(f"Config: normalization_type={self.normalization_type!r}, expected 'LN' or 'LNPre'")
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

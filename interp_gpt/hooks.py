@@ -55,9 +55,7 @@ class HookPoint(nn.Module):
         self.fwd_hooks: list[_Hook] = []
         self.bwd_hooks: list[_Hook] = []
 
-    def add_hook(
-        self, fn: HookFn, dir: Literal["fwd", "bwd"] = "fwd", is_permanent: bool = False
-    ) -> _Hook:
+    def add_hook(self, fn: HookFn, dir: Literal["fwd", "bwd"] = "fwd", is_permanent: bool = False) -> _Hook:
         if not callable(fn):
             raise TypeError(f"add_hook: fn must be callable, got {type(fn).__name__}")
         handle = _Hook(fn, is_permanent)
@@ -221,9 +219,7 @@ class HookedModule(nn.Module):
         try:
             for spec, direction in [(s, "fwd") for s in fwd_hooks] + [(s, "bwd") for s in bwd_hooks]:
                 if not (isinstance(spec, (tuple, list)) and len(spec) == 2):
-                    raise TypeError(
-                        f"{direction}_hooks: each entry must be (name_or_filter, fn), got {spec!r}"
-                    )
+                    raise TypeError(f"{direction}_hooks: each entry must be (name_or_filter, fn), got {spec!r}")
                 handles += self.add_hook(spec[0], spec[1], dir=direction)  # type: ignore[arg-type]
             yield self
         finally:
@@ -280,9 +276,7 @@ class HookedModule(nn.Module):
 
         points = self.hook_points(names_filter, arg="names_filter")
         if not points:
-            raise ValueError(
-                f"names_filter={names_filter!r} matches no hook point; see model.hook_dict for the names"
-            )
+            raise ValueError(f"names_filter={names_filter!r} matches no hook point; see model.hook_dict for the names")
         store: dict[str, Tensor] = {}
 
         def save(name: str) -> HookFn:

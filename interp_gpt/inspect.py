@@ -64,8 +64,7 @@ AnswerInput = Union[int, str, Sequence[Union[int, str]], Int[Tensor, " batch"]]
 def _check_cache(cache: Any, caller: str) -> ActivationCache:
     if not isinstance(cache, ActivationCache):
         raise TypeError(
-            f"{caller}: cache must be an ActivationCache (from model.run_with_cache), "
-            f"got {type(cache).__name__}"
+            f"{caller}: cache must be an ActivationCache (from model.run_with_cache), got {type(cache).__name__}"
         )
     return cache
 
@@ -95,8 +94,7 @@ def _in_range(value: Any, size: int, arg: str, caller: str, what: str) -> int:
     value = _int(value, arg, caller)
     if not -size <= value < size:
         raise ValueError(
-            f"{caller}: {arg}={value} is out of range: {what} are 0..{size - 1} "
-            f"(negative counts from the end)"
+            f"{caller}: {arg}={value} is out of range: {what} are 0..{size - 1} (negative counts from the end)"
         )
     return value % size
 
@@ -117,8 +115,7 @@ def _token_ids(model: GPT, tokens: AnswerInput, n_batch: int, arg: str, caller: 
         ids = list(tokens)
     else:
         raise TypeError(
-            f"{caller}: {arg} must be a token id, a single-token string, or one per prompt; "
-            f"got {type(tokens).__name__}"
+            f"{caller}: {arg} must be a token id, a single-token string, or one per prompt; got {type(tokens).__name__}"
         )
     out = []
     for t in ids:
@@ -181,9 +178,7 @@ def _mean_attention_to(
     has_target = target.sum(-1) > 0  # [batch, q_pos]
     if not bool(has_target.any()):
         raise ValueError(f"{caller}: no query position has a key to score (see the docstring)")
-    on_target = einops.einsum(
-        patterns, target.to(patterns.dtype), "L batch head q k, batch q k -> L head batch q"
-    )
+    on_target = einops.einsum(patterns, target.to(patterns.dtype), "L batch head q k, batch q k -> L head batch q")
     return on_target[..., has_target].mean(-1)
 
 
@@ -212,7 +207,9 @@ def _earlier_copies(tokens: Int[Tensor, "batch pos"]) -> Tensor:
     return same & torch.ones_like(same[0]).tril(-1)
 
 
-def duplicate_token_scores(cache: ActivationCache, tokens: Int[Tensor, "batch pos"]) -> Float[Tensor, "n_layers n_heads"]:
+def duplicate_token_scores(
+    cache: ActivationCache, tokens: Int[Tensor, "batch pos"]
+) -> Float[Tensor, "n_layers n_heads"]:
     """Each head's mean attention to earlier copies of the current token.
 
     `tokens` are the ids the cache was run on ([batch, pos], or [pos] for one prompt).
@@ -289,7 +286,9 @@ def repeated_tokens(
     if seq_len < 1 or batch_size < 1:
         raise ValueError(f"{caller}: seq_len and batch_size must be >= 1, got {seq_len} and {batch_size}")
     d_vocab, bos = model.cfg.d_vocab, model.cfg.default_prepend_bos if prepend_bos is None else prepend_bos
-    special = {model.tokenizer.bos_token_id, model.tokenizer.eos_token_id} if model.tokenizer is not None else {d_vocab - 1}
+    special = (
+        {model.tokenizer.bos_token_id, model.tokenizer.eos_token_id} if model.tokenizer is not None else {d_vocab - 1}
+    )
     if low is None:
         low = 100 if d_vocab > 20000 else 0
     if high is None:
@@ -432,7 +431,9 @@ def resid_norms(
     return resid.norm(dim=-1), labels
 
 
-def _logit_direction(cache: ActivationCache, answer: AnswerInput, wrong: AnswerInput | None, n_batch: int, caller: str) -> Float[Tensor, "batch d_model"]:
+def _logit_direction(
+    cache: ActivationCache, answer: AnswerInput, wrong: AnswerInput | None, n_batch: int, caller: str
+) -> Float[Tensor, "batch d_model"]:
     """W_U[:, answer] (minus W_U[:, wrong]) per prompt, times ln_final's weight if it has one."""
     model = cache.model
     W_U = model.unembed.W_U.detach()
@@ -444,11 +445,15 @@ def _logit_direction(cache: ActivationCache, answer: AnswerInput, wrong: AnswerI
     return direction
 
 
-def _logit_offset(cache: ActivationCache, answer: AnswerInput, wrong: AnswerInput | None, n_batch: int, caller: str) -> Float[Tensor, " batch"]:
+def _logit_offset(
+    cache: ActivationCache, answer: AnswerInput, wrong: AnswerInput | None, n_batch: int, caller: str
+) -> Float[Tensor, " batch"]:
     """What ln_final's bias and b_U add to the logit (difference): no component writes it."""
     model = cache.model
     b_U = model.unembed.b_U.detach()
-    bias_dir = model.unembed.W_U.detach().T @ model.ln_final.b.detach() if model.ln_final.has_params else torch.zeros_like(b_U)
+    bias_dir = (
+        model.unembed.W_U.detach().T @ model.ln_final.b.detach() if model.ln_final.has_params else torch.zeros_like(b_U)
+    )
     total = b_U + bias_dir
     offset = total[_token_ids(model, answer, n_batch, "answer", caller)]
     if wrong is not None:
@@ -570,7 +575,16 @@ def planted_heads_model(seed: int = 0) -> GPT:
     from .tokenizer import char_tokenizer
 
     n_vocab, n_ctx = len(PLANTED_ALPHABET) + 1, 32
-    cfg = Config(n_layers=2, d_model=128, n_heads=4, d_head=48, d_mlp=64, d_vocab=n_vocab, n_ctx=n_ctx, model_name="planted-heads")
+    cfg = Config(
+        n_layers=2,
+        d_model=128,
+        n_heads=4,
+        d_head=48,
+        d_mlp=64,
+        d_vocab=n_vocab,
+        n_ctx=n_ctx,
+        model_name="planted-heads",
+    )
     model = GPT(cfg, tokenizer=char_tokenizer(PLANTED_ALPHABET, name="planted"))
     model.init_weights(seed=seed)
     for name, p in model.named_parameters():  # start from nothing but the random heads

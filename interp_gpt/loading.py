@@ -45,6 +45,8 @@ def shipped_models() -> dict[str, Path]:
 def resolve_shipped(source: Any) -> Any:
     """A shipped model's name -> its folder; any other source unchanged."""
     return shipped_models().get(source, source) if isinstance(source, str) else source
+
+
 _WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin")
 # Buffers Hugging Face's GPT-2 stores in older checkpoints; they hold no weights.
 _HF_BUFFER = re.compile(r"(^|\.)h\.\d+\.attn\.(bias|masked_bias)$")
@@ -101,9 +103,7 @@ def _read_folder(folder: Path) -> tuple[dict[str, Tensor], dict[str, Any] | None
     else:
         shards = sorted(folder.glob("model-*.safetensors"))
         if not shards:
-            raise FileNotFoundError(
-                f"{folder}: no weights found; expected one of {', '.join(_WEIGHT_FILES)}"
-            )
+            raise FileNotFoundError(f"{folder}: no weights found; expected one of {', '.join(_WEIGHT_FILES)}")
         weights, files = {}, []
         for shard in shards:
             tensors, read = _read_weights_file(shard)
@@ -158,7 +158,7 @@ class _FileReader:
             if _identity(found[0]) != self.files[found[0]]:
                 raise CheckpointError(f"{found[0]}: the file changed while it was being loaded; load it again")
             with safe_open(str(found[0]), framework="pt") as h:
-                out[:, i:i + _PROCESS_CHUNK] = h.get_slice(found[1])[i:i + _PROCESS_CHUNK].T
+                out[:, i : i + _PROCESS_CHUNK] = h.get_slice(found[1])[i : i + _PROCESS_CHUNK].T
         return out
 
 
@@ -169,8 +169,10 @@ def _identity(path: Path) -> tuple[int, int, int, int]:
 
 def _looks_like_path(s: str) -> bool:
     """A string that names a file or folder rather than a hub id ("owner/name" has one slash)."""
-    return s.startswith((".", "/", "~")) or s.count("/") > 1 or s.endswith(
-        (".safetensors", ".bin", ".pt", ".pth", ".json")
+    return (
+        s.startswith((".", "/", "~"))
+        or s.count("/") > 1
+        or s.endswith((".safetensors", ".bin", ".pt", ".pth", ".json"))
     )
 
 
@@ -178,8 +180,15 @@ def _download(repo_id: str) -> Path:
     """Fetch a GPT-2 repo's config, weights and tokenizer files through the hub cache."""
     from huggingface_hub import hf_hub_download, snapshot_download
 
-    patterns = ["config.json", "model.safetensors", "model.safetensors.index.json", "model-*.safetensors",
-                "vocab.json", "merges.txt", "tokenizer.json"]
+    patterns = [
+        "config.json",
+        "model.safetensors",
+        "model.safetensors.index.json",
+        "model-*.safetensors",
+        "vocab.json",
+        "merges.txt",
+        "tokenizer.json",
+    ]
     try:
         folder = Path(snapshot_download(repo_id, allow_patterns=patterns))
         if not any((folder / f).exists() for f in _WEIGHT_FILES[:2]) and not list(folder.glob("model-*.safetensors")):
@@ -188,8 +197,10 @@ def _download(repo_id: str) -> Path:
     except Exception as e:
         offline = os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes")
         why = "HF_HUB_OFFLINE is set and it is not in the local cache" if offline else f"{type(e).__name__}: {e}"
-        known = "" if "/" in repo_id else (
-            f" Known names: {', '.join(list(shipped_models()) + list(HUB_PRESETS))} (shipped ones load offline)."
+        known = (
+            ""
+            if "/" in repo_id
+            else (f" Known names: {', '.join(list(shipped_models()) + list(HUB_PRESETS))} (shipped ones load offline).")
         )
         raise OSError(
             f"could not load {repo_id!r} from the Hugging Face hub ({why}).{known} "
@@ -247,10 +258,16 @@ def _config_from_hf_tensors(sd: Mapping[str, Tensor], name: str) -> Config:
     d_vocab, d_model = sd["wte.weight"].shape
     layers = {int(m.group(1)) for k in sd if (m := re.match(r"h\.(\d+)\.", k))}
     if d_model % 64:
-        raise CheckpointError(f"{name}: d_model={d_model} is not a multiple of 64; pass config= (n_heads cannot be inferred)")
+        raise CheckpointError(
+            f"{name}: d_model={d_model} is not a multiple of 64; pass config= (n_heads cannot be inferred)"
+        )
     return Config(
-        n_layers=len(layers), d_model=d_model, n_heads=d_model // 64, d_vocab=d_vocab,
-        n_ctx=sd["wpe.weight"].shape[0], d_mlp=sd["h.0.mlp.c_fc.weight"].shape[1] if layers else 4 * d_model,
+        n_layers=len(layers),
+        d_model=d_model,
+        n_heads=d_model // 64,
+        d_vocab=d_vocab,
+        n_ctx=sd["wpe.weight"].shape[0],
+        d_mlp=sd["h.0.mlp.c_fc.weight"].shape[1] if layers else 4 * d_model,
         model_name=name,
     )
 
@@ -262,27 +279,45 @@ def _config_from_tl_state_dict(sd: Mapping[str, Tensor], name: str) -> Config:
     n_heads, _, d_head = sd["blocks.0.attn.W_Q"].shape
     layers = {int(m.group(1)) for k in sd if (m := re.match(r"blocks\.(\d+)\.", k))}
     return Config(
-        n_layers=len(layers), d_model=d_model, n_heads=n_heads, d_head=d_head,
-        d_mlp=sd["blocks.0.mlp.W_in"].shape[1], d_vocab=d_vocab, n_ctx=sd["pos_embed.W_pos"].shape[0],
-        normalization_type="LN" if "blocks.0.ln1.w" in sd else "LNPre", model_name=name,
+        n_layers=len(layers),
+        d_model=d_model,
+        n_heads=n_heads,
+        d_head=d_head,
+        d_mlp=sd["blocks.0.mlp.W_in"].shape[1],
+        d_vocab=d_vocab,
+        n_ctx=sd["pos_embed.W_pos"].shape[0],
+        normalization_type="LN" if "blocks.0.ln1.w" in sd else "LNPre",
+        model_name=name,
     )
 
 
 def _config_from_tl_cfg(tl_cfg: Any) -> Config:
     checks = {
-        "positional_embedding_type": "standard", "attn_only": False, "parallel_attn_mlp": False,
-        "final_rms": False, "gated_mlp": False,
+        "positional_embedding_type": "standard",
+        "attn_only": False,
+        "parallel_attn_mlp": False,
+        "final_rms": False,
+        "gated_mlp": False,
     }
     for attr, want in checks.items():
         got = getattr(tl_cfg, attr, want)
         if got != want:
             raise CheckpointError(f"transformer-lens model: cfg.{attr}={got!r}, a GPT-2 has {want!r}")
     if tl_cfg.normalization_type not in ("LN", "LNPre"):
-        raise CheckpointError(f"transformer-lens model: normalization_type={tl_cfg.normalization_type!r}, expected 'LN' or 'LNPre'")
+        raise CheckpointError(
+            f"transformer-lens model: normalization_type={tl_cfg.normalization_type!r}, expected 'LN' or 'LNPre'"
+        )
     return Config(
-        n_layers=tl_cfg.n_layers, d_model=tl_cfg.d_model, n_heads=tl_cfg.n_heads, d_head=tl_cfg.d_head,
-        d_mlp=tl_cfg.d_mlp, d_vocab=tl_cfg.d_vocab, n_ctx=tl_cfg.n_ctx, act_fn=tl_cfg.act_fn,
-        layer_norm_eps=tl_cfg.eps, normalization_type=tl_cfg.normalization_type,
+        n_layers=tl_cfg.n_layers,
+        d_model=tl_cfg.d_model,
+        n_heads=tl_cfg.n_heads,
+        d_head=tl_cfg.d_head,
+        d_mlp=tl_cfg.d_mlp,
+        d_vocab=tl_cfg.d_vocab,
+        n_ctx=tl_cfg.n_ctx,
+        act_fn=tl_cfg.act_fn,
+        layer_norm_eps=tl_cfg.eps,
+        normalization_type=tl_cfg.normalization_type,
         model_name=getattr(tl_cfg, "model_name", "custom"),
     )
 
@@ -347,8 +382,14 @@ def convert_hf_gpt2_state_dict(
         out[q + "attn.W_O"] = einops.rearrange(W_O, "(n_heads d_head) d_model -> n_heads d_head d_model", n_heads=h)
         out[q + "attn.b_O"] = take(p + "attn.c_proj.bias", (d,))
         out[q + "ln2.w"], out[q + "ln2.b"] = take(p + "ln_2.weight", (d,)), take(p + "ln_2.bias", (d,))
-        out[q + "mlp.W_in"], out[q + "mlp.b_in"] = take(p + "mlp.c_fc.weight", (d, dm)), take(p + "mlp.c_fc.bias", (dm,))
-        out[q + "mlp.W_out"], out[q + "mlp.b_out"] = take(p + "mlp.c_proj.weight", (dm, d)), take(p + "mlp.c_proj.bias", (d,))
+        out[q + "mlp.W_in"], out[q + "mlp.b_in"] = (
+            take(p + "mlp.c_fc.weight", (d, dm)),
+            take(p + "mlp.c_fc.bias", (dm,)),
+        )
+        out[q + "mlp.W_out"], out[q + "mlp.b_out"] = (
+            take(p + "mlp.c_proj.weight", (dm, d)),
+            take(p + "mlp.c_proj.bias", (d,)),
+        )
     out["ln_final.w"], out["ln_final.b"] = take("ln_f.weight", (d,)), take("ln_f.bias", (d,))
     lm_head = sd.pop("lm_head.weight", None)  # GPT-2 ties it to wte; checkpoints often omit it
     W_E = out["embed.W_E"]
@@ -368,7 +409,9 @@ def convert_hf_gpt2_state_dict(
 def convert_to_hf_gpt2_state_dict(model: GPT) -> dict[str, Tensor]:
     """Our (unprocessed) weights in Hugging Face GPT-2's layout: the inverse of the above."""
     if model.cfg.normalization_type != "LN":
-        raise ValueError("convert_to_hf_gpt2_state_dict: the model's LayerNorm weights were folded; load it with from_pretrained_no_processing")
+        raise ValueError(
+            "convert_to_hf_gpt2_state_dict: the model's LayerNorm weights were folded; load it with from_pretrained_no_processing"
+        )
     sd = {k: v.detach() for k, v in model.state_dict().items()}
     b_U = sd["unembed.b_U"]
     if not bool((b_U == b_U[0]).all()):
@@ -381,9 +424,16 @@ def convert_to_hf_gpt2_state_dict(model: GPT) -> dict[str, Tensor]:
         p, q = f"transformer.h.{L}.", f"blocks.{L}."
         out[p + "ln_1.weight"], out[p + "ln_1.bias"] = sd[q + "ln1.w"], sd[q + "ln1.b"]
         out[p + "attn.c_attn.weight"] = torch.cat(
-            [einops.rearrange(sd[q + f"attn.W_{X}"], "n_heads d_model d_head -> d_model (n_heads d_head)") for X in "QKV"], dim=1)
+            [
+                einops.rearrange(sd[q + f"attn.W_{X}"], "n_heads d_model d_head -> d_model (n_heads d_head)")
+                for X in "QKV"
+            ],
+            dim=1,
+        )
         out[p + "attn.c_attn.bias"] = torch.cat([sd[q + f"attn.b_{X}"].flatten() for X in "QKV"])
-        out[p + "attn.c_proj.weight"] = einops.rearrange(sd[q + "attn.W_O"], "n_heads d_head d_model -> (n_heads d_head) d_model")
+        out[p + "attn.c_proj.weight"] = einops.rearrange(
+            sd[q + "attn.W_O"], "n_heads d_head d_model -> (n_heads d_head) d_model"
+        )
         out[p + "attn.c_proj.bias"] = sd[q + "attn.b_O"]
         out[p + "ln_2.weight"], out[p + "ln_2.bias"] = sd[q + "ln2.w"], sd[q + "ln2.b"]
         out[p + "mlp.c_fc.weight"], out[p + "mlp.c_fc.bias"] = sd[q + "mlp.W_in"], sd[q + "mlp.b_in"]
@@ -410,11 +460,21 @@ def save_hf_checkpoint(model: GPT, folder: str | os.PathLike) -> Path:
     if max(bos, eos) >= cfg.d_vocab:
         bos = eos = cfg.d_vocab - 1
     hf_config = {
-        "model_type": "gpt2", "architectures": ["GPT2LMHeadModel"], "n_layer": cfg.n_layers,
-        "n_embd": cfg.d_model, "n_head": cfg.n_heads, "n_inner": cfg.d_mlp, "vocab_size": cfg.d_vocab,
-        "n_positions": cfg.n_ctx, "n_ctx": cfg.n_ctx, "activation_function": cfg.act_fn,
-        "layer_norm_epsilon": cfg.layer_norm_eps, "initializer_range": cfg.init_range,
-        "bos_token_id": bos, "eos_token_id": eos, "tie_word_embeddings": False,
+        "model_type": "gpt2",
+        "architectures": ["GPT2LMHeadModel"],
+        "n_layer": cfg.n_layers,
+        "n_embd": cfg.d_model,
+        "n_head": cfg.n_heads,
+        "n_inner": cfg.d_mlp,
+        "vocab_size": cfg.d_vocab,
+        "n_positions": cfg.n_ctx,
+        "n_ctx": cfg.n_ctx,
+        "activation_function": cfg.act_fn,
+        "layer_norm_epsilon": cfg.layer_norm_eps,
+        "initializer_range": cfg.init_range,
+        "bos_token_id": bos,
+        "eos_token_id": eos,
+        "tie_word_embeddings": False,
     }
     (folder / "config.json").write_text(json.dumps(hf_config, indent=2))
     # A new file renamed over the old one, never the old file rewritten: a model loaded from
@@ -457,6 +517,7 @@ def fold_layer_norm(sd: dict[str, Tensor], cfg: Config, center_weights: bool = T
     the reading weights are also centred along d_model: LNPre's output has zero mean, so a
     constant added along that axis changes nothing.
     """
+
     def fold(ln: str, readers: list[tuple[str, str]], d_model_axis: int) -> None:
         if f"{ln}.w" not in sd:
             return
@@ -483,8 +544,9 @@ def center_writing_weights(sd: dict[str, Tensor], cfg: Config) -> None:
     Every reader of the residual stream starts with a LayerNorm that subtracts the
     mean, so removing it at the source changes no output.
     """
-    for key in ["embed.W_E", "pos_embed.W_pos"] + [f"blocks.{L}.{m}" for L in range(cfg.n_layers)
-                                                   for m in ("attn.W_O", "attn.b_O", "mlp.W_out", "mlp.b_out")]:
+    for key in ["embed.W_E", "pos_embed.W_pos"] + [
+        f"blocks.{L}.{m}" for L in range(cfg.n_layers) for m in ("attn.W_O", "attn.b_O", "mlp.W_out", "mlp.b_out")
+    ]:
         if key in sd:
             sd[key].sub_(sd[key].mean(-1, keepdim=True))
 
@@ -500,7 +562,9 @@ def fold_value_biases(sd: dict[str, Tensor], cfg: Config) -> None:
     """Move b_V into b_O: each pattern row sums to 1, so sum_k p_k (v_k + b_V) W_O = ... + b_V W_O."""
     for L in _layers_in(sd, cfg):
         q = f"blocks.{L}.attn."
-        sd[q + "b_O"] += einops.einsum(sd[q + "b_V"], sd[q + "W_O"], "n_heads d_head, n_heads d_head d_model -> d_model")
+        sd[q + "b_O"] += einops.einsum(
+            sd[q + "b_V"], sd[q + "W_O"], "n_heads d_head, n_heads d_head d_model -> d_model"
+        )
         sd[q + "b_V"].zero_()
 
 
@@ -556,13 +620,15 @@ def process_weights(
 
     # One float64 buffer, the size of the largest piece, holds each piece in turn: fresh memory
     # is paid for once, not once per piece (on a VM, first-touching a page is what costs).
-    scratch = torch.empty(max(sum(sd[k][i].numel() for k, i in p) for p in pieces + unembed_pieces), dtype=torch.float64)
+    scratch = torch.empty(
+        max(sum(sd[k][i].numel() for k, i in p) for p in pieces + unembed_pieces), dtype=torch.float64
+    )
 
     def processed(piece: Piece) -> dict[str, Tensor]:
         part, used = {}, 0
         for k, i in piece:
             src = sd[k][i]
-            part[k] = scratch[used:used + src.numel()].view(src.shape).copy_(src)
+            part[k] = scratch[used : used + src.numel()].view(src.shape).copy_(src)
             used += src.numel()
         if fold:
             fold_layer_norm(part, cfg)
@@ -690,7 +756,9 @@ def _tl_state_dict(sd: Mapping[str, Tensor], cfg: Config) -> dict[str, Tensor]:
     expected = _expected_shapes(cfg)
     missing = sorted(set(expected) - set(sd))
     unexpected = sorted(set(sd) - set(expected))
-    misshaped = [f"{k}: {tuple(sd[k].shape)}, expected {s}" for k, s in expected.items() if k in sd and tuple(sd[k].shape) != s]
+    misshaped = [
+        f"{k}: {tuple(sd[k].shape)}, expected {s}" for k, s in expected.items() if k in sd and tuple(sd[k].shape) != s
+    ]
     _raise_if_bad(cfg.model_name, missing, unexpected, misshaped)
     return {k: v.detach().clone() for k, v in sd.items()}
 
@@ -744,7 +812,9 @@ def from_pretrained(
         block.attn.mask = torch.empty((0, 0), dtype=torch.bool)
     model = model.to(dtype=dtype, device=device)
     from_hub = isinstance(source, str) and not Path(source).expanduser().exists() and source not in shipped_models()
-    model.tokenizer = _auto_tokenizer(cfg, folder, from_hub) if isinstance(tokenizer, str) and tokenizer == "auto" else tokenizer
+    model.tokenizer = (
+        _auto_tokenizer(cfg, folder, from_hub) if isinstance(tokenizer, str) and tokenizer == "auto" else tokenizer
+    )
     return model.eval()
 
 

@@ -27,9 +27,7 @@ def _check_logits_and_answers(logits: Tensor, answer_tokens: Tensor) -> None:
         raise ValueError(f"logits: expected a tensor [batch, pos, d_vocab], got {got}")
     if not isinstance(answer_tokens, Tensor) or answer_tokens.ndim != 2 or answer_tokens.shape[1] != 2:
         got = tuple(answer_tokens.shape) if isinstance(answer_tokens, Tensor) else type(answer_tokens).__name__
-        raise ValueError(
-            f"answer_tokens: expected an integer tensor [batch, 2] (correct, wrong), got {got}"
-        )
+        raise ValueError(f"answer_tokens: expected an integer tensor [batch, 2] (correct, wrong), got {got}")
     if answer_tokens.is_floating_point():
         raise TypeError(f"answer_tokens: expected integer token ids, got dtype {answer_tokens.dtype}")
     if answer_tokens.shape[0] != logits.shape[0]:
@@ -62,9 +60,7 @@ def logits_to_ave_logit_diff(
     return diff if per_prompt else diff.mean()
 
 
-def logit_diff(
-    logits: Float[Tensor, "batch pos d_vocab"], answer_tokens: Int[Tensor, "batch 2"]
-) -> Float[Tensor, ""]:
+def logit_diff(logits: Float[Tensor, "batch pos d_vocab"], answer_tokens: Int[Tensor, "batch 2"]) -> Float[Tensor, ""]:
     """The average logit difference (correct minus wrong, last position); a patching metric
     once the answers are bound: `metric = functools.partial(logit_diff, answer_tokens=answers)`."""
     return logits_to_ave_logit_diff(logits, answer_tokens)

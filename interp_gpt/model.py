@@ -193,9 +193,9 @@ class Attention(nn.Module):
             # A broadcast view, no memory: with heads as a batch axis the einsum reads W where it
             # lies instead of copying it into one [d_model, n_heads*d_head] matrix on every call.
             x = einops.repeat(x, "batch posn d_model -> batch posn n_heads d_model", n_heads=W.shape[0])
-        return add_bias(einops.einsum(
-            x, W, "batch posn n_heads d_model, n_heads d_model d_head -> batch posn n_heads d_head"
-        ), b)
+        return add_bias(
+            einops.einsum(x, W, "batch posn n_heads d_model, n_heads d_model d_head -> batch posn n_heads d_head"), b
+        )
 
     def forward(
         self,
@@ -226,7 +226,8 @@ class Attention(nn.Module):
             # so for d_head = 64) and the mask written in place: on a long context each pass
             # over a fresh [batch, n_heads, q_pos, k_pos] tensor costs as much as a matmul.
             scores = einops.einsum(
-                q / math.sqrt(self.cfg.d_head), k,
+                q / math.sqrt(self.cfg.d_head),
+                k,
                 "batch q_pos n_heads d_head, batch k_pos n_heads d_head -> batch n_heads q_pos k_pos",
             )
             scores = self.hook_attn_scores(scores.masked_fill_(~allowed, self.IGNORE))
@@ -243,7 +244,9 @@ class Attention(nn.Module):
             # Nobody hooks the scores or the pattern: let PyTorch's fused kernel compute the
             # same softmax(q k^T / sqrt(d_head)) v without materialising [q_pos, k_pos].
             z = F.scaled_dot_product_attention(
-                q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),  # [batch, n_heads, posn, d_head]
+                q.transpose(1, 2),
+                k.transpose(1, 2),
+                v.transpose(1, 2),  # [batch, n_heads, posn, d_head]
                 attn_mask=None if attention_mask is None and past == 0 else allowed,
                 is_causal=attention_mask is None and past == 0,
             ).transpose(1, 2)
@@ -257,9 +260,10 @@ class Attention(nn.Module):
                 )
             )
             return result.sum(dim=2) + self.b_O
-        return add_bias(einops.einsum(
-            z, self.W_O, "batch posn n_heads d_head, n_heads d_head d_model -> batch posn d_model"
-        ), self.b_O)
+        return add_bias(
+            einops.einsum(z, self.W_O, "batch posn n_heads d_head, n_heads d_head d_model -> batch posn d_model"),
+            self.b_O,
+        )
 
 
 class MLP(nn.Module):
@@ -274,14 +278,18 @@ class MLP(nn.Module):
         self.hook_post = HookPoint()  # [batch, posn, d_mlp]
 
     def forward(self, x: Float[Tensor, "batch posn d_model"]) -> Float[Tensor, "batch posn d_model"]:
-        pre = self.hook_pre(add_bias(einops.einsum(x, self.W_in, "batch posn d_model, d_model d_mlp -> batch posn d_mlp"), self.b_in))
+        pre = self.hook_pre(
+            add_bias(einops.einsum(x, self.W_in, "batch posn d_model, d_model d_mlp -> batch posn d_mlp"), self.b_in)
+        )
         act_in_place = IN_PLACE.get(self.act_fn)
         if act_in_place is not None and not torch.is_grad_enabled() and not self.hook_pre.has_hooks:
             post = act_in_place(pre)  # nobody keeps pre: overwrite it rather than allocate d_mlp more
         else:
             post = self.act_fn(pre)
         post = self.hook_post(post)
-        return add_bias(einops.einsum(post, self.W_out, "batch posn d_mlp, d_mlp d_model -> batch posn d_model"), self.b_out)
+        return add_bias(
+            einops.einsum(post, self.W_out, "batch posn d_mlp, d_mlp d_model -> batch posn d_model"), self.b_out
+        )
 
 
 class TransformerBlock(nn.Module):
@@ -324,7 +332,9 @@ class TransformerBlock(nn.Module):
                 q_in = k_in = v_in = self.ln1(attn_in)
         else:
             q_in = k_in = v_in = self.ln1(resid_pre)
-        attn_out = self.hook_attn_out(self.attn(q_in, k_in, v_in, attention_mask, None if kv_cache is None else (kv_cache, self.layer)))
+        attn_out = self.hook_attn_out(
+            self.attn(q_in, k_in, v_in, attention_mask, None if kv_cache is None else (kv_cache, self.layer))
+        )
         resid_mid = self.hook_resid_mid(resid_pre + attn_out)
         mlp_in = self.hook_mlp_in(resid_mid.clone()) if cfg.use_hook_mlp_in else resid_mid
         mlp_out = self.hook_mlp_out(self.mlp(self.ln2(mlp_in)))
@@ -345,7 +355,12 @@ class Unembed(nn.Module):
     def forward(self, x: Float[Tensor, "batch posn d_model"]) -> Float[Tensor, "batch posn d_vocab"]:
         x = self.hook_in(x)
         d_vocab = self.W_U.shape[1]
-        if x.device.type != "cpu" or torch.is_grad_enabled() or x.shape[:-1].numel() < 64 or d_vocab <= 2 * self.VOCAB_SLICE:
+        if (
+            x.device.type != "cpu"
+            or torch.is_grad_enabled()
+            or x.shape[:-1].numel() < 64
+            or d_vocab <= 2 * self.VOCAB_SLICE
+        ):
             logits = einops.einsum(x, self.W_U, "batch posn d_model, d_model d_vocab -> batch posn d_vocab") + self.b_U
         else:
             # The same einsum one slice of the vocabulary at a time. GPT-2's W_U (154 MB) is
@@ -356,7 +371,9 @@ class Unembed(nn.Module):
             logits = x.new_empty(*x.shape[:-1], d_vocab)
             for start in range(0, d_vocab, self.VOCAB_SLICE):
                 cols = slice(start, start + self.VOCAB_SLICE)
-                sliced = einops.einsum(x, self.W_U[:, cols], "batch posn d_model, d_model d_vocab -> batch posn d_vocab")
+                sliced = einops.einsum(
+                    x, self.W_U[:, cols], "batch posn d_model, d_model d_vocab -> batch posn d_vocab"
+                )
                 torch.add(sliced, self.b_U[cols], out=logits[..., cols])  # the bias add writes the slice in place
         return self.hook_out(logits)
 
@@ -437,8 +454,7 @@ class GPT(HookedModule):
         flag = _opt_in_flag(name)
         if flag and not getattr(self.cfg, flag):
             return KeyError(
-                f"hook point {name!r} is opt-in and off: set cfg.{flag}=True "
-                f"(model.set_{flag}(True)) to create it"
+                f"hook point {name!r} is opt-in and off: set cfg.{flag}=True (model.set_{flag}(True)) to create it"
             )
         return super()._unknown_hook_error(name)
 
@@ -473,7 +489,11 @@ class GPT(HookedModule):
             >>> _, cache = model.run_with_cache(tokens, names_filter="blocks.3.attn.hook_pattern", return_type=None)
         """
         stop = None
-        if kwargs.get("return_type", "logits") is None and kwargs.get("stop_at_layer") is None and not kwargs.get("incl_bwd"):
+        if (
+            kwargs.get("return_type", "logits") is None
+            and kwargs.get("stop_at_layer") is None
+            and not kwargs.get("incl_bwd")
+        ):
             names = [hp.name for hp in self.hook_points(names_filter, arg="names_filter")]
             layers = [int(n.split(".")[1]) if n.startswith("blocks.") else self.cfg.n_layers for n in names]
             if names and max(layers) < self.cfg.n_layers - 1 and kwargs.get("start_at_layer") is None:
@@ -486,7 +506,9 @@ class GPT(HookedModule):
     # ----- input checking --------------------------------------------------
     def _check_tokens(self, tokens: Any, past_len: int = 0, arg: str = "input") -> Int[Tensor, "batch posn"]:
         if not isinstance(tokens, Tensor):
-            raise TypeError(f"{arg}: expected a string, a list of strings or a tensor of token ids, got {type(tokens).__name__}")
+            raise TypeError(
+                f"{arg}: expected a string, a list of strings or a tensor of token ids, got {type(tokens).__name__}"
+            )
         if tokens.is_floating_point() or tokens.is_complex() or tokens.dtype == torch.bool:
             raise TypeError(
                 f"{arg}: token ids must be an integer tensor, got dtype {tokens.dtype}; "
@@ -500,8 +522,7 @@ class GPT(HookedModule):
             raise ValueError(f"{arg}: got an empty sequence (shape {tuple(tokens.shape)})")
         if tokens.shape[1] + past_len > self.cfg.n_ctx:
             raise ValueError(
-                f"{arg}: {tokens.shape[1] + past_len} tokens is longer than the context of "
-                f"{self.cfg.n_ctx} (cfg.n_ctx)"
+                f"{arg}: {tokens.shape[1] + past_len} tokens is longer than the context of {self.cfg.n_ctx} (cfg.n_ctx)"
             )
         bad = (tokens < 0) | (tokens >= self.cfg.d_vocab)
         if bad.any():
@@ -556,7 +577,9 @@ class GPT(HookedModule):
             raise ValueError("past_kv_cache cannot be combined with start_at_layer / stop_at_layer")
         if start_at_layer is None:
             if isinstance(input, (str, list)):
-                tokens, mask = self.to_tokens(input, prepend_bos=prepend_bos, padding_side=padding_side, return_mask=True)
+                tokens, mask = self.to_tokens(
+                    input, prepend_bos=prepend_bos, padding_side=padding_side, return_mask=True
+                )
                 if attention_mask is None and not bool(mask.all()):
                     attention_mask = mask
             else:
@@ -578,7 +601,12 @@ class GPT(HookedModule):
             pos_embed = self.hook_pos_embed(self.pos_embed(tokens, past, attention_mask))
             resid = embed + pos_embed
         else:
-            if not isinstance(input, Tensor) or not input.is_floating_point() or input.ndim != 3 or input.shape[-1] != self.cfg.d_model:
+            if (
+                not isinstance(input, Tensor)
+                or not input.is_floating_point()
+                or input.ndim != 3
+                or input.shape[-1] != self.cfg.d_model
+            ):
                 got = tuple(input.shape) if isinstance(input, Tensor) else type(input).__name__
                 raise ValueError(
                     f"input: with start_at_layer the input is a residual stream [batch, posn, d_model={self.cfg.d_model}], got {got}"
@@ -692,8 +720,12 @@ class GPT(HookedModule):
 
     @staticmethod
     def _sample(
-        logits: Float[Tensor, "batch d_vocab"], do_sample: bool, temperature: float,
-        top_k: int | None, top_p: float | None, gen: torch.Generator,
+        logits: Float[Tensor, "batch d_vocab"],
+        do_sample: bool,
+        temperature: float,
+        top_k: int | None,
+        top_p: float | None,
+        gen: torch.Generator,
     ) -> Int[Tensor, " batch"]:
         if not do_sample:
             return logits.argmax(dim=-1)
@@ -746,7 +778,9 @@ class GPT(HookedModule):
         elif not isinstance(input, list):
             raise TypeError(f"input: expected a string or a list of strings, got {type(input).__name__}")
         bos = self.cfg.default_prepend_bos if prepend_bos is None else prepend_bos
-        tokens, mask = tok.to_tokens(input, prepend_bos=bos, padding_side=padding_side or "right", max_length=self.cfg.n_ctx)
+        tokens, mask = tok.to_tokens(
+            input, prepend_bos=bos, padding_side=padding_side or "right", max_length=self.cfg.n_ctx
+        )
         if move_to_device:
             tokens, mask = tokens.to(self.W_E.device), mask.to(self.W_E.device)
         return (tokens, mask) if return_mask else tokens

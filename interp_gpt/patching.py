@@ -123,8 +123,25 @@ def layer_head_dest_src_pos_pattern_patch_setter(
 # because attention only looks backwards. Activations laid out [batch, pos, ...] vs
 # attention-shaped [batch, head, dest_pos, src_pos]:
 _POS_LAYOUT = {
-    "resid_pre", "resid_mid", "resid_post", "attn_out", "mlp_out", "q", "k", "v", "z", "result",
-    "pre", "post", "scale", "normalized", "q_input", "k_input", "v_input", "attn_in", "mlp_in",
+    "resid_pre",
+    "resid_mid",
+    "resid_post",
+    "attn_out",
+    "mlp_out",
+    "q",
+    "k",
+    "v",
+    "z",
+    "result",
+    "pre",
+    "post",
+    "scale",
+    "normalized",
+    "q_input",
+    "k_input",
+    "v_input",
+    "attn_in",
+    "mlp_in",
 }
 _PATTERN_LAYOUT = {"pattern", "attn_scores"}
 _FIRST_CHANGED_POS: dict[tuple[Any, str], Callable[[Sequence[int]], int]] = {
@@ -174,8 +191,14 @@ def _axis_ranges(model: GPT, n_pos: int) -> dict[str, tuple[int, str]]:
     layers = (model.cfg.n_layers, "layers")
     heads = (model.cfg.n_heads, "heads")
     positions = (n_pos, "positions")
-    return {"layer": layers, "head": heads, "head_index": heads,
-            "pos": positions, "src_pos": positions, "dest_pos": positions}
+    return {
+        "layer": layers,
+        "head": heads,
+        "head_index": heads,
+        "pos": positions,
+        "src_pos": positions,
+        "dest_pos": positions,
+    }
 
 
 def _indices_from_axes(model: GPT, n_pos: int, index_axis_names: Any) -> tuple[list[list[int]], list[int]]:
@@ -229,7 +252,9 @@ def _metric_value(patching_metric: PatchingMetric, logits: Tensor) -> float:
 
 def _clean_activation(clean_cache: Any, name: str, activation_name: str, layer: int) -> Tensor:
     if not isinstance(clean_cache, Mapping) and not hasattr(clean_cache, "__getitem__"):
-        raise TypeError(f"clean_cache: expected an ActivationCache (or a dict of hook name -> tensor), got {type(clean_cache).__name__}")
+        raise TypeError(
+            f"clean_cache: expected an ActivationCache (or a dict of hook name -> tensor), got {type(clean_cache).__name__}"
+        )
     if name not in clean_cache:
         raise KeyError(
             f"clean_cache has no {name!r}, needed to patch {activation_name!r} at layer {layer}: "
@@ -326,9 +351,16 @@ def generic_activation_patch(
     }
 
     values = _run_sweep(
-        model, corrupted_tokens, indices, hook_names, clean_acts, patching_metric, patch_setter,
+        model,
+        corrupted_tokens,
+        indices,
+        hook_names,
+        clean_acts,
+        patching_metric,
+        patch_setter,
         batch_size=batch_size or max(1, DEFAULT_ROWS_PER_FORWARD // (n_batch * n_pos)),
-        progress=progress, desc=f"patching {activation_name}",
+        progress=progress,
+        desc=f"patching {activation_name}",
     )
     result = torch.tensor(values, dtype=torch.float32, device=model.W_E.device).reshape(out_shape)
     if not return_index_df:
@@ -393,8 +425,16 @@ def _run_sweep(
                     shortcut = first is not None and start_layer[layer] is not None and not final_hooked
                     start_pos = [first(i) for i in chunk_indices] if shortcut else None
                     logits = _patched_logits(
-                        model, tokens, corrupted, corrupted_logits, start_layer[layer], hook_names[layer],
-                        clean_acts[layer], chunk_indices, patch_setter, start_pos,
+                        model,
+                        tokens,
+                        corrupted,
+                        corrupted_logits,
+                        start_layer[layer],
+                        hook_names[layer],
+                        clean_acts[layer],
+                        chunk_indices,
+                        patch_setter,
+                        start_pos,
                     )
                     for i, c in enumerate(chunk):
                         values[c] = _metric_value(patching_metric, logits[i * n_batch : (i + 1) * n_batch])
@@ -466,22 +506,52 @@ _SWEEPS: dict[str, tuple[str, PatchSetter, tuple[str, ...], str]] = {
     "resid_mid": ("resid_mid", layer_pos_patch_setter, ("layer", "pos"), "[n_layers, pos]"),
     "attn_out": ("attn_out", layer_pos_patch_setter, ("layer", "pos"), "[n_layers, pos]"),
     "mlp_out": ("mlp_out", layer_pos_patch_setter, ("layer", "pos"), "[n_layers, pos]"),
-    "attn_head_out_by_pos": ("z", layer_pos_head_vector_patch_setter, ("layer", "pos", "head"), "[n_layers, pos, n_heads]"),
-    "attn_head_q_by_pos": ("q", layer_pos_head_vector_patch_setter, ("layer", "pos", "head"), "[n_layers, pos, n_heads]"),
-    "attn_head_k_by_pos": ("k", layer_pos_head_vector_patch_setter, ("layer", "pos", "head"), "[n_layers, pos, n_heads]"),
-    "attn_head_v_by_pos": ("v", layer_pos_head_vector_patch_setter, ("layer", "pos", "head"), "[n_layers, pos, n_heads]"),
+    "attn_head_out_by_pos": (
+        "z",
+        layer_pos_head_vector_patch_setter,
+        ("layer", "pos", "head"),
+        "[n_layers, pos, n_heads]",
+    ),
+    "attn_head_q_by_pos": (
+        "q",
+        layer_pos_head_vector_patch_setter,
+        ("layer", "pos", "head"),
+        "[n_layers, pos, n_heads]",
+    ),
+    "attn_head_k_by_pos": (
+        "k",
+        layer_pos_head_vector_patch_setter,
+        ("layer", "pos", "head"),
+        "[n_layers, pos, n_heads]",
+    ),
+    "attn_head_v_by_pos": (
+        "v",
+        layer_pos_head_vector_patch_setter,
+        ("layer", "pos", "head"),
+        "[n_layers, pos, n_heads]",
+    ),
     "attn_head_pattern_by_pos": (
-        "pattern", layer_head_pos_pattern_patch_setter, ("layer", "head_index", "dest_pos"), "[n_layers, n_heads, dest_pos]"
+        "pattern",
+        layer_head_pos_pattern_patch_setter,
+        ("layer", "head_index", "dest_pos"),
+        "[n_layers, n_heads, dest_pos]",
     ),
     "attn_head_pattern_dest_src_pos": (
-        "pattern", layer_head_dest_src_pos_pattern_patch_setter, ("layer", "head_index", "dest_pos", "src_pos"),
+        "pattern",
+        layer_head_dest_src_pos_pattern_patch_setter,
+        ("layer", "head_index", "dest_pos", "src_pos"),
         "[n_layers, n_heads, dest_pos, src_pos]",
     ),
     "attn_head_out_all_pos": ("z", layer_head_vector_patch_setter, ("layer", "head"), "[n_layers, n_heads]"),
     "attn_head_q_all_pos": ("q", layer_head_vector_patch_setter, ("layer", "head"), "[n_layers, n_heads]"),
     "attn_head_k_all_pos": ("k", layer_head_vector_patch_setter, ("layer", "head"), "[n_layers, n_heads]"),
     "attn_head_v_all_pos": ("v", layer_head_vector_patch_setter, ("layer", "head"), "[n_layers, n_heads]"),
-    "attn_head_pattern_all_pos": ("pattern", layer_head_pattern_patch_setter, ("layer", "head_index"), "[n_layers, n_heads]"),
+    "attn_head_pattern_all_pos": (
+        "pattern",
+        layer_head_pattern_patch_setter,
+        ("layer", "head_index"),
+        "[n_layers, n_heads]",
+    ),
 }
 _WHAT = {
     "resid_pre": "the residual stream entering each block, per position",
@@ -512,12 +582,24 @@ def _make_sweep(sweep: str) -> Callable[..., Any]:
         progress: bool = True,
     ) -> Tensor | tuple[Tensor, Any]:
         return generic_activation_patch(
-            model, corrupted_tokens, clean_cache, patching_metric, setter, activation,
-            index_axis_names=None if index_df is not None else index_axis_names, index_df=index_df,
-            return_index_df=return_index_df, batch_size=batch_size, progress=progress,
+            model,
+            corrupted_tokens,
+            clean_cache,
+            patching_metric,
+            setter,
+            activation,
+            index_axis_names=None if index_df is not None else index_axis_names,
+            index_df=index_df,
+            return_index_df=return_index_df,
+            batch_size=batch_size,
+            progress=progress,
         )
 
-    where = {"all_pos": "across all positions", "by_pos": "by position", "dest_src_pos": "by destination and source position"}
+    where = {
+        "all_pos": "across all positions",
+        "by_pos": "by position",
+        "dest_src_pos": "by destination and source position",
+    }
     where = next((w for suffix, w in where.items() if sweep.endswith(suffix)), "")
     if sweep == "attn_head_pattern_by_pos":
         where = "by destination position"
@@ -569,13 +651,15 @@ def get_act_patch_attn_head_all_pos_every(
         torch.Size([5, 12, 12])
     """
     kw = dict(batch_size=batch_size, progress=progress)
-    return torch.stack([
-        get_act_patch_attn_head_out_all_pos(model, corrupted_tokens, clean_cache, metric, **kw),
-        get_act_patch_attn_head_q_all_pos(model, corrupted_tokens, clean_cache, metric, **kw),
-        get_act_patch_attn_head_k_all_pos(model, corrupted_tokens, clean_cache, metric, **kw),
-        get_act_patch_attn_head_v_all_pos(model, corrupted_tokens, clean_cache, metric, **kw),
-        get_act_patch_attn_head_pattern_all_pos(model, corrupted_tokens, clean_cache, metric, **kw),
-    ])
+    return torch.stack(
+        [
+            get_act_patch_attn_head_out_all_pos(model, corrupted_tokens, clean_cache, metric, **kw),
+            get_act_patch_attn_head_q_all_pos(model, corrupted_tokens, clean_cache, metric, **kw),
+            get_act_patch_attn_head_k_all_pos(model, corrupted_tokens, clean_cache, metric, **kw),
+            get_act_patch_attn_head_v_all_pos(model, corrupted_tokens, clean_cache, metric, **kw),
+            get_act_patch_attn_head_pattern_all_pos(model, corrupted_tokens, clean_cache, metric, **kw),
+        ]
+    )
 
 
 def get_act_patch_attn_head_by_pos_every(
@@ -591,13 +675,15 @@ def get_act_patch_attn_head_by_pos_every(
     stacked: `[5, n_layers, pos, n_heads]` (transformer-lens' function of the same name)."""
     kw = dict(batch_size=batch_size, progress=progress)
     pattern = get_act_patch_attn_head_pattern_by_pos(model, corrupted_tokens, clean_cache, metric, **kw)
-    return torch.stack([
-        get_act_patch_attn_head_out_by_pos(model, corrupted_tokens, clean_cache, metric, **kw),
-        get_act_patch_attn_head_q_by_pos(model, corrupted_tokens, clean_cache, metric, **kw),
-        get_act_patch_attn_head_k_by_pos(model, corrupted_tokens, clean_cache, metric, **kw),
-        get_act_patch_attn_head_v_by_pos(model, corrupted_tokens, clean_cache, metric, **kw),
-        pattern.transpose(1, 2),  # [n_layers, head, pos] -> [n_layers, pos, head]
-    ])
+    return torch.stack(
+        [
+            get_act_patch_attn_head_out_by_pos(model, corrupted_tokens, clean_cache, metric, **kw),
+            get_act_patch_attn_head_q_by_pos(model, corrupted_tokens, clean_cache, metric, **kw),
+            get_act_patch_attn_head_k_by_pos(model, corrupted_tokens, clean_cache, metric, **kw),
+            get_act_patch_attn_head_v_by_pos(model, corrupted_tokens, clean_cache, metric, **kw),
+            pattern.transpose(1, 2),  # [n_layers, head, pos] -> [n_layers, pos, head]
+        ]
+    )
 
 
 def get_act_patch_block_every(
@@ -617,11 +703,13 @@ def get_act_patch_block_every(
         torch.Size([3, 12, 20])
     """
     kw = dict(batch_size=batch_size, progress=progress)
-    return torch.stack([
-        get_act_patch_resid_pre(model, corrupted_tokens, clean_cache, metric, **kw),
-        get_act_patch_attn_out(model, corrupted_tokens, clean_cache, metric, **kw),
-        get_act_patch_mlp_out(model, corrupted_tokens, clean_cache, metric, **kw),
-    ])
+    return torch.stack(
+        [
+            get_act_patch_resid_pre(model, corrupted_tokens, clean_cache, metric, **kw),
+            get_act_patch_attn_out(model, corrupted_tokens, clean_cache, metric, **kw),
+            get_act_patch_mlp_out(model, corrupted_tokens, clean_cache, metric, **kw),
+        ]
+    )
 
 
 # ----------------------------------------------------------------------------
@@ -645,7 +733,9 @@ def _reduce_attribution(sweep: str, prod: Tensor) -> Tensor:
         return prod.sum(dim=(1, 4))
     if setter is layer_head_vector_patch_setter:  # -> [layer, head]
         return prod.sum(dim=(1, 2, 4))
-    if setter is layer_head_dest_src_pos_pattern_patch_setter:  # [layer, batch, head, dest, src] -> [layer, head, dest, src]
+    if (
+        setter is layer_head_dest_src_pos_pattern_patch_setter
+    ):  # [layer, batch, head, dest, src] -> [layer, head, dest, src]
         return prod.sum(dim=1)
     if setter is layer_head_pos_pattern_patch_setter:  # -> [layer, head, dest]
         return prod.sum(dim=(1, 4))
@@ -753,7 +843,9 @@ def attribution_patch(
             raise ValueError("metric's output does not depend on the logits through autograd (detached?)")
         # 3. One backward pass; torch.autograd.grad leaves the parameters' .grad untouched.
         grads = torch.autograd.grad(value.reshape(()), [acts[n] for n in names], allow_unused=True)
-    grad_of = {n: (g if g is not None else torch.zeros_like(acts[n])).detach() for n, g in zip(names, grads, strict=True)}
+    grad_of = {
+        n: (g if g is not None else torch.zeros_like(acts[n])).detach() for n, g in zip(names, grads, strict=True)
+    }
     corrupted_cache = ActivationCache({n: acts[n].detach() for n in names}, model)
 
     estimates: dict[str, Tensor] = {}
@@ -763,8 +855,12 @@ def attribution_patch(
         prod = torch.stack([(clean_cache[n] - corrupted_cache[n]) * grad_of[n] for n in layer_names])
         estimates[sweep] = _reduce_attribution(sweep, prod).float()
     return AttributionPatchResult(
-        estimates=estimates, clean_metric=clean_metric, corrupted_metric=float(value.item()),
-        grads=grad_of, clean_cache=clean_cache, corrupted_cache=corrupted_cache,
+        estimates=estimates,
+        clean_metric=clean_metric,
+        corrupted_metric=float(value.item()),
+        grads=grad_of,
+        clean_cache=clean_cache,
+        corrupted_cache=corrupted_cache,
     )
 
 
@@ -817,8 +913,15 @@ def attribution_vs_activation_patching(
             clean, names_filter=[get_act_name(activation, layer) for layer in range(model.cfg.n_layers)]
         )
     patched = generic_activation_patch(
-        model, corrupted_input, clean_cache, metric, setter, activation, axes,
-        batch_size=batch_size, progress=progress,
+        model,
+        corrupted_input,
+        clean_cache,
+        metric,
+        setter,
+        activation,
+        axes,
+        batch_size=batch_size,
+        progress=progress,
     )
     delta = patched - attribution.corrupted_metric
     pair = torch.stack([estimate.flatten().double().cpu(), delta.flatten().double().cpu()])

@@ -166,7 +166,9 @@ def _layer_pattern(source: Any, layer: Any, batch: int, caller: str) -> tuple[Te
     """One layer's pattern [n_heads, q_pos, k_pos], from a cache (needs `layer`) or a tensor."""
     if isinstance(source, ActivationCache):
         if layer is None:
-            raise ValueError(f"{caller}: layer is required with a cache (layers are 0..{source.model.cfg.n_layers - 1})")
+            raise ValueError(
+                f"{caller}: layer is required with a cache (layers are 0..{source.model.cfg.n_layers - 1})"
+            )
         layer = _check_layer(layer, source.model.cfg.n_layers, caller)
         pattern = _inspect._get(source, f"blocks.{layer}.attn.hook_pattern", caller)
     elif isinstance(source, Tensor):
@@ -256,10 +258,16 @@ def attention_heatmap(
     h = _pick_head(head, pattern.shape[0], caller)
     labels = _axis_labels(str_tokens, pattern.shape[-1], caller, f"the pattern (shape {tuple(pattern.shape[-2:])})")
     x_axis = _token_axis(labels, "key (attended to)")
-    fig = go.Figure(_attention_trace(
-        pattern[h], x_axis["tickvals"], zmin=0.0, zmax=1.0, colorscale=ATTENTION_COLORS,
-        colorbar=dict(title=dict(text="attention")),
-    ))
+    fig = go.Figure(
+        _attention_trace(
+            pattern[h],
+            x_axis["tickvals"],
+            zmin=0.0,
+            zmax=1.0,
+            colorscale=ATTENTION_COLORS,
+            colorbar=dict(title=dict(text="attention")),
+        )
+    )
     where = f"layer {layer}, head {h}" if layer is not None else f"head {h}"
     fig.update_layout(
         title=dict(text=title or f"Attention pattern, {where}"),
@@ -300,21 +308,26 @@ def attention_grid(
     # Room between panels for the next panel's token labels (about 7 px a character) and axis title.
     gap = 7 * max(len(html.unescape(x)) for x in labels) + 50
     fig = make_subplots(
-        rows=rows, cols=cols, subplot_titles=[f"head {h}" for h in range(n_heads)],
+        rows=rows,
+        cols=cols,
+        subplot_titles=[f"head {h}" for h in range(n_heads)],
         horizontal_spacing=min(0.5 / cols, gap / (side * cols + gap)) if cols > 1 else 0.0,
         vertical_spacing=min(0.5 / rows, (gap + 20) / (side * rows + gap)) if rows > 1 else 0.0,
     )
     positions = _token_axis(labels, "key")["tickvals"]
     for h in range(n_heads):
         r, c = divmod(h, cols)
-        fig.add_trace(_attention_trace(pattern[h], positions, coloraxis="coloraxis", name=f"head {h}"), row=r + 1, col=c + 1)
+        fig.add_trace(
+            _attention_trace(pattern[h], positions, coloraxis="coloraxis", name=f"head {h}"), row=r + 1, col=c + 1
+        )
         fig.update_xaxes(_token_axis(labels, "key"), row=r + 1, col=c + 1)
         fig.update_yaxes(dict(_token_axis(labels, "query"), autorange="reversed"), row=r + 1, col=c + 1)
     where = f"layer {layer}" if layer is not None else "one layer"
     fig.update_layout(
         title=dict(text=title or f"Attention patterns, every head of {where}"),
         coloraxis=dict(cmin=0.0, cmax=1.0, colorscale=ATTENTION_COLORS, colorbar=dict(title=dict(text="attention"))),
-        width=(side + gap) * cols + 120, height=(side + gap) * rows + 100,
+        width=(side + gap) * cols + 120,
+        height=(side + gap) * rows + 100,
     )
     return fig
 
@@ -352,11 +365,18 @@ def attention_viewer(
     fig = go.Figure()
     for L in range(n_layers):
         for h in range(n_heads):
-            fig.add_trace(_attention_trace(
-                patterns[L, h], positions, coloraxis="coloraxis", name=f"L{L}H{h}",
-                visible=L == layer, opacity=1.0 if h == head else 0.0,
-                hoverinfo="all" if h == head else "skip", hovertemplate=_ATTENTION_HOVER if h == head else None,
-            ))
+            fig.add_trace(
+                _attention_trace(
+                    patterns[L, h],
+                    positions,
+                    coloraxis="coloraxis",
+                    name=f"L{L}H{h}",
+                    visible=L == layer,
+                    opacity=1.0 if h == head else 0.0,
+                    hoverinfo="all" if h == head else "skip",
+                    hovertemplate=_ATTENTION_HOVER if h == head else None,
+                )
+            )
     # trace i is layer i // n_heads, head i % n_heads
     heads_of = [h for _ in range(n_layers) for h in range(n_heads)]
     layers_of = [L for L in range(n_layers) for _ in range(n_heads)]
@@ -365,12 +385,18 @@ def attention_viewer(
         for L in range(n_layers)
     ]
     head_menu = [
-        dict(label=f"head {h}", method="restyle", args=[{
-            "opacity": [1.0 if x == h else 0.0 for x in heads_of],
-            "hoverinfo": ["all" if x == h else "skip" for x in heads_of],
-            # a hovertemplate overrides hoverinfo="skip", so the hidden heads have none
-            "hovertemplate": [_ATTENTION_HOVER if x == h else None for x in heads_of],
-        }])
+        dict(
+            label=f"head {h}",
+            method="restyle",
+            args=[
+                {
+                    "opacity": [1.0 if x == h else 0.0 for x in heads_of],
+                    "hoverinfo": ["all" if x == h else "skip" for x in heads_of],
+                    # a hovertemplate overrides hoverinfo="skip", so the hidden heads have none
+                    "hovertemplate": [_ATTENTION_HOVER if x == h else None for x in heads_of],
+                }
+            ],
+        )
         for h in range(n_heads)
     ]
     # Both menus sit just above the plot's left edge; the head menu 120 px to the right.
@@ -386,7 +412,8 @@ def attention_viewer(
         xaxis=_token_axis(labels, "key (attended to)"),
         yaxis=dict(_token_axis(labels, "query (attending)"), autorange="reversed"),
         margin=dict(t=110),
-        width=size["width"], height=size["height"] + 60,
+        width=size["width"],
+        height=size["height"] + 60,
     )
     return fig
 
@@ -400,16 +427,22 @@ def _as_tensor(values: Any, arg: str, caller: str) -> Tensor:
     try:
         return torch.as_tensor(values, dtype=torch.float64)
     except (TypeError, ValueError, RuntimeError):
-        raise TypeError(f"{caller}: {arg} must be a tensor (or nested lists of numbers), got {type(values).__name__}") from None
+        raise TypeError(
+            f"{caller}: {arg} must be a tensor (or nested lists of numbers), got {type(values).__name__}"
+        ) from None
 
 
-def _panels(values: Any, titles: Sequence[str] | None, arg: str, caller: str, shape_doc: str) -> tuple[Tensor, list[str]]:
+def _panels(
+    values: Any, titles: Sequence[str] | None, arg: str, caller: str, shape_doc: str
+) -> tuple[Tensor, list[str]]:
     """[panel, rows, cols] from a 2-D tensor (one panel) or a 3-D one (one panel per entry)."""
     t = _as_tensor(values, arg, caller)
     if t.ndim == 2:
         t = t[None]
     if t.ndim != 3:
-        raise ValueError(f"{caller}: {arg} must be {shape_doc}, or a stack of them with one more axis first; got shape {tuple(t.shape)}")
+        raise ValueError(
+            f"{caller}: {arg} must be {shape_doc}, or a stack of them with one more axis first; got shape {tuple(t.shape)}"
+        )
     if titles is None:
         titles = [""] * t.shape[0] if t.shape[0] == 1 else [f"{arg} {i}" for i in range(t.shape[0])]
     titles = [str(x) for x in titles]
@@ -437,12 +470,22 @@ def _heatmap_panels(
     fig = make_subplots(rows=1, cols=k, subplot_titles=titles if k > 1 else None, horizontal_spacing=0.25 / k)
     n_rows, n_cols = panels.shape[1], panels.shape[2]
     for i in range(k):
-        fig.add_trace(go.Heatmap(
-            z=_values(panels[i]), x=x_axis["tickvals"], y=y_axis["tickvals"], coloraxis="coloraxis",
-            text=text, texttemplate="%{text}" if text is not None else ("%{z:.2f}" if cell_text else None),
-            textfont=dict(size=10), customdata=customdata,
-            hovertemplate=hover + "<extra></extra>", name=titles[i] or value_label,
-        ), row=1, col=i + 1)
+        fig.add_trace(
+            go.Heatmap(
+                z=_values(panels[i]),
+                x=x_axis["tickvals"],
+                y=y_axis["tickvals"],
+                coloraxis="coloraxis",
+                text=text,
+                texttemplate="%{text}" if text is not None else ("%{z:.2f}" if cell_text else None),
+                textfont=dict(size=10),
+                customdata=customdata,
+                hovertemplate=hover + "<extra></extra>",
+                name=titles[i] or value_label,
+            ),
+            row=1,
+            col=i + 1,
+        )
         fig.update_xaxes(x_axis, row=1, col=i + 1)
         fig.update_yaxes(dict(y_axis, autorange="reversed"), row=1, col=i + 1)
     cell = 28 if max(n_rows, n_cols) <= 30 else 18
@@ -490,8 +533,12 @@ def head_scores_heatmap(
         tensors = [_as_tensor(v, f"scores[{k!r}]", caller) for k, v in scores.items()]
         shapes = {tuple(t.shape) for t in tensors}
         if len(shapes) != 1:
-            raise ValueError(f"{caller}: every entry of scores must have the same [n_layers, n_heads] shape, got {sorted(shapes)}")
-        panels, titles = _panels(torch.stack(tensors), [str(k) for k in scores], "scores", caller, "[n_layers, n_heads]")
+            raise ValueError(
+                f"{caller}: every entry of scores must have the same [n_layers, n_heads] shape, got {sorted(shapes)}"
+            )
+        panels, titles = _panels(
+            torch.stack(tensors), [str(k) for k in scores], "scores", caller, "[n_layers, n_heads]"
+        )
     else:
         panels, titles = _panels(scores, None, "scores", caller, "[n_layers, n_heads]")
     n_layers, n_heads = panels.shape[1], panels.shape[2]
@@ -499,9 +546,15 @@ def head_scores_heatmap(
     if zrange is not None:
         colors.update(cmin=float(zrange[0]), cmax=float(zrange[1]))
     return _heatmap_panels(
-        panels, titles, _layer_axis(range(n_heads), "head"), _layer_axis(range(n_layers)), value_label, colors,
+        panels,
+        titles,
+        _layer_axis(range(n_heads), "head"),
+        _layer_axis(range(n_layers)),
+        value_label,
+        colors,
         title or (titles[0] + " scores" if len(titles) == 1 and titles[0] else "Head scores"),
-        "layer %{y}, head %{x}<br>" + value_label + " %{z:.3f}", cell_text=n_layers * n_heads <= 400,
+        "layer %{y}, head %{x}<br>" + value_label + " %{z:.3f}",
+        cell_text=n_layers * n_heads <= 400,
     )
 
 
@@ -525,8 +578,14 @@ def patching_heatmap(
     panels, titles = _panels(results, titles, "results", caller, "[n_layers, pos]")
     labels = _axis_labels(str_tokens, panels.shape[2], caller, f"results (shape {tuple(panels.shape[-2:])})")
     return _heatmap_panels(
-        panels, titles, _token_axis(labels, "position"), _layer_axis(range(panels.shape[1])), value_label,
-        _diverging(panels), title, "layer %{y}, position %{x}<br>" + value_label + " %{z:.4f}",
+        panels,
+        titles,
+        _token_axis(labels, "position"),
+        _layer_axis(range(panels.shape[1])),
+        value_label,
+        _diverging(panels),
+        title,
+        "layer %{y}, position %{x}<br>" + value_label + " %{z:.4f}",
     )
 
 
@@ -547,8 +606,14 @@ def head_patching_heatmap(
     caller = "head_patching_heatmap"
     panels, titles = _panels(results, titles, "results", caller, "[n_layers, n_heads]")
     return _heatmap_panels(
-        panels, titles, _layer_axis(range(panels.shape[2]), "head"), _layer_axis(range(panels.shape[1])), value_label,
-        _diverging(panels), title, "layer %{y}, head %{x}<br>" + value_label + " %{z:.4f}",
+        panels,
+        titles,
+        _layer_axis(range(panels.shape[2]), "head"),
+        _layer_axis(range(panels.shape[1])),
+        value_label,
+        _diverging(panels),
+        title,
+        "layer %{y}, head %{x}<br>" + value_label + " %{z:.4f}",
         cell_text=panels.shape[1] * panels.shape[2] <= 400,
     )
 
@@ -582,11 +647,16 @@ def logit_lens_heatmap(
     full = [[names[r * n_pos + p] for p in range(n_pos)] for r in range(logits.shape[0])]
     short = [[_markup_safe(x if len(x) <= 6 else x[:5] + "…") for x in row] for row in full]
     fig = _heatmap_panels(
-        top_probs[None], [""], _token_axis(labels, "input position (predicting the next token)"),
-        _layer_axis(layer_labels, "residual stream at"), "top probability",
-        dict(colorscale=ATTENTION_COLORS, cmin=0.0, cmax=1.0), "Logit lens: top next-token prediction by layer",
+        top_probs[None],
+        [""],
+        _token_axis(labels, "input position (predicting the next token)"),
+        _layer_axis(layer_labels, "residual stream at"),
+        "top probability",
+        dict(colorscale=ATTENTION_COLORS, cmin=0.0, cmax=1.0),
+        "Logit lens: top next-token prediction by layer",
         "position %{x}, residual stream at %{y}<br>top token %{customdata}<br>probability %{z:.3f}",
-        text=short, customdata=[[_markup_safe(x) for x in row] for row in full],
+        text=short,
+        customdata=[[_markup_safe(x) for x in row] for row in full],
     )
     return fig
 
@@ -606,7 +676,10 @@ def answer_lens_plot(
     fig = make_subplots(specs=[[{"secondary_y": True}]])
     x = [_markup_safe(x) for x in labels]
     fig.add_trace(go.Scatter(x=x, y=_values(probs), name=f"P({name})", mode="lines+markers"), secondary_y=False)
-    fig.add_trace(go.Scatter(x=x, y=_values(logits), name=f"logit({name})", mode="lines+markers", line=dict(dash="dot")), secondary_y=True)
+    fig.add_trace(
+        go.Scatter(x=x, y=_values(logits), name=f"logit({name})", mode="lines+markers", line=dict(dash="dot")),
+        secondary_y=True,
+    )
     fig.update_layout(title=dict(text=f"Logit lens: the answer {name} at position {pos}"), width=760, height=440)
     fig.update_xaxes(title_text="residual stream at")
     fig.update_yaxes(title_text="probability", range=[0, 1.02], secondary_y=False)
@@ -626,8 +699,14 @@ def resid_norm_heatmap(
     norms, layer_labels = _inspect.resid_norms(cache, batch, incl_mid)
     labels = _axis_labels(str_tokens, norms.shape[1], caller, "the cache")
     fig = _heatmap_panels(
-        norms[None], [""], _token_axis(labels, "position"), _layer_axis(layer_labels, "residual stream at"),
-        "norm", dict(colorscale=SCORE_COLORS), "Residual stream norm", "position %{x}, residual stream at %{y}<br>norm %{z:.3f}",
+        norms[None],
+        [""],
+        _token_axis(labels, "position"),
+        _layer_axis(layer_labels, "residual stream at"),
+        "norm",
+        dict(colorscale=SCORE_COLORS),
+        "Residual stream norm",
+        "position %{x}, residual stream at %{y}<br>norm %{z:.3f}",
     )
     return fig
 
@@ -659,16 +738,20 @@ def dla_bar(
     attrs, labels = _inspect.direct_logit_attribution(cache, answer, wrong, pos, batch)
     values = attrs.detach().double().cpu().tolist()
     target = _logit_diff_name(cache.model, answer, wrong)
-    fig = go.Figure(go.Bar(
-        x=[_markup_safe(x) for x in labels], y=values,
-        marker_color=["#2166ac" if v >= 0 else "#b2182b" for v in values],
-        hovertemplate="%{x}: %{y:.4f}<extra></extra>",
-    ))
+    fig = go.Figure(
+        go.Bar(
+            x=[_markup_safe(x) for x in labels],
+            y=values,
+            marker_color=["#2166ac" if v >= 0 else "#b2182b" for v in values],
+            hovertemplate="%{x}: %{y:.4f}<extra></extra>",
+        )
+    )
     fig.update_layout(
         title=dict(text=f"Direct logit attribution to {target} (total {sum(values):.3f})"),
         xaxis=dict(title=dict(text="component"), type="category", tickangle=-60 if len(labels) > 8 else 0),
         yaxis=dict(title=dict(text=f"contribution to {target}")),
-        width=min(1600, max(600, 32 * len(labels) + 200)), height=480,
+        width=min(1600, max(600, 32 * len(labels) + 200)),
+        height=480,
     )
     return fig
 
@@ -699,16 +782,26 @@ def accumulated_resid_plot(
     x = [_markup_safe(x) for x in labels]
     fig = go.Figure()
     for b in range(n_batch):
-        fig.add_trace(go.Scatter(x=x, y=_values(diffs[:, b]), name=_markup_safe(prompt_labels[b]), mode="lines+markers",
-                                 opacity=0.5 if n_batch > 1 else 1.0))
+        fig.add_trace(
+            go.Scatter(
+                x=x,
+                y=_values(diffs[:, b]),
+                name=_markup_safe(prompt_labels[b]),
+                mode="lines+markers",
+                opacity=0.5 if n_batch > 1 else 1.0,
+            )
+        )
     if n_batch > 1:
-        fig.add_trace(go.Scatter(x=x, y=_values(diffs.mean(1)), name="mean", mode="lines", line=dict(width=4, color="black")))
+        fig.add_trace(
+            go.Scatter(x=x, y=_values(diffs.mean(1)), name="mean", mode="lines", line=dict(width=4, color="black"))
+        )
     target = _logit_diff_name(cache.model, answer, wrong)
     fig.update_layout(
         title=dict(text=f"Accumulated residual stream: {target} by layer"),
         xaxis=dict(title=dict(text="residual stream at"), type="category"),
         yaxis=dict(title=dict(text=target)),
-        width=760, height=440,
+        width=760,
+        height=440,
     )
     return fig
 
@@ -739,7 +832,9 @@ def save_html(fig: go.Figure, path: str | os.PathLike[str], config: Mapping[str,
     if config is not None and not isinstance(config, Mapping):
         raise TypeError(f"save_html: config must be a dict of plotly.js options, got {type(config).__name__}")
     page = fig.to_html(
-        full_html=True, include_plotlyjs=True, include_mathjax=False,
+        full_html=True,
+        include_plotlyjs=True,
+        include_mathjax=False,
         config={"displaylogo": False, "showSendToCloud": False, "responsive": False, **(config or {})},
     )
     head = "<head>"

@@ -72,9 +72,7 @@ class Tokenizer:
         name: str = "custom",
     ) -> None:
         if not isinstance(backend, tokenizers.Tokenizer):
-            raise TypeError(
-                f"Tokenizer: backend must be a tokenizers.Tokenizer, got {type(backend).__name__}"
-            )
+            raise TypeError(f"Tokenizer: backend must be a tokenizers.Tokenizer, got {type(backend).__name__}")
         self.backend = backend
         self.name = name
         vocab_size = self.vocab_size
@@ -180,13 +178,9 @@ class Tokenizer:
         """
         prompts = self._check_prompts(input)
         if padding_side not in ("right", "left"):
-            raise ValueError(
-                f"to_tokens: padding_side must be 'right' or 'left', got {padding_side!r}"
-            )
+            raise ValueError(f"to_tokens: padding_side must be 'right' or 'left', got {padding_side!r}")
         if max_length is not None and (not _is_int(max_length) or max_length < 1):
-            raise ValueError(
-                f"to_tokens: max_length must be a positive int or None, got {max_length!r}"
-            )
+            raise ValueError(f"to_tokens: max_length must be a positive int or None, got {max_length!r}")
         if self._alphabet is not None:
             for text in prompts:
                 self._check_alphabet(text)
@@ -195,9 +189,7 @@ class Tokenizer:
         rows = [bos + enc.ids for enc in encoded]
         for i, row in enumerate(rows):
             if not row:
-                raise ValueError(
-                    f"to_tokens: prompt {i} is empty and prepend_bos=False, so it has no tokens"
-                )
+                raise ValueError(f"to_tokens: prompt {i} is empty and prepend_bos=False, so it has no tokens")
             if max_length is not None and len(row) > max_length:
                 raise ValueError(
                     f"to_tokens: prompt {i} is {len(row)} tokens long"
@@ -232,9 +224,7 @@ class Tokenizer:
             "pad_token_id": self.pad_token_id,
             "alphabet": self._alphabet,
         }
-        (folder / _SIDECAR_FILE).write_text(
-            json.dumps(sidecar, indent=2, ensure_ascii=False) + "\n", encoding="utf-8"
-        )
+        (folder / _SIDECAR_FILE).write_text(json.dumps(sidecar, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
         return folder
 
     @classmethod
@@ -281,24 +271,17 @@ class Tokenizer:
         """`ids` as a list of in-range python ints, or a clear error."""
         if isinstance(ids, torch.Tensor):
             if ids.dim() != 1:
-                raise ValueError(
-                    f"{caller}: ids must be 1-D, got a tensor of shape {tuple(ids.shape)}"
-                )
+                raise ValueError(f"{caller}: ids must be 1-D, got a tensor of shape {tuple(ids.shape)}")
             if ids.is_floating_point() or ids.is_complex() or ids.dtype == torch.bool:
                 raise TypeError(f"{caller}: ids must be an integer tensor, got dtype {ids.dtype}")
             values = ids.tolist()
         elif isinstance(ids, (list, tuple)):
             for i, value in enumerate(ids):
                 if not _is_int(value):
-                    raise TypeError(
-                        f"{caller}: ids[{i}] must be an int, got {type(value).__name__} ({value!r})"
-                    )
+                    raise TypeError(f"{caller}: ids[{i}] must be an int, got {type(value).__name__} ({value!r})")
             values = [int(v) for v in ids]
         else:
-            raise TypeError(
-                f"{caller}: ids must be a list of ints or a 1-D int tensor, "
-                f"got {type(ids).__name__}"
-            )
+            raise TypeError(f"{caller}: ids must be a list of ints or a 1-D int tensor, got {type(ids).__name__}")
         vocab_size = self.vocab_size
         for i, value in enumerate(values):
             if not 0 <= value < vocab_size:
@@ -313,16 +296,12 @@ class Tokenizer:
         if isinstance(input, str):
             return [input]
         if not isinstance(input, (list, tuple)):
-            raise TypeError(
-                f"to_tokens: input must be a str or a list of str, got {type(input).__name__}"
-            )
+            raise TypeError(f"to_tokens: input must be a str or a list of str, got {type(input).__name__}")
         if len(input) == 0:
             raise ValueError("to_tokens: input is an empty list; give at least one prompt")
         for i, text in enumerate(input):
             if not isinstance(text, str):
-                raise TypeError(
-                    f"to_tokens: input[{i}] must be a str, got {type(text).__name__} ({text!r:.40})"
-                )
+                raise TypeError(f"to_tokens: input[{i}] must be a str, got {type(text).__name__} ({text!r:.40})")
         return list(input)
 
     def _check_alphabet(self, text: str) -> None:
@@ -383,8 +362,7 @@ def gpt2_tokenizer(vocab_dir: str | os.PathLike[str] | None = None, *, allow_hub
     if vocab_dir is not None:
         if not isinstance(vocab_dir, (str, os.PathLike)):
             raise TypeError(
-                f"gpt2_tokenizer: vocab_dir must be a path (str or os.PathLike), "
-                f"got {type(vocab_dir).__name__}"
+                f"gpt2_tokenizer: vocab_dir must be a path (str or os.PathLike), got {type(vocab_dir).__name__}"
             )
         files = _vocab_files_in(Path(vocab_dir), "vocab_dir")
     else:
@@ -398,8 +376,7 @@ def _vocab_files_in(folder: Path, source: str) -> tuple[str, ...]:
         raise FileNotFoundError(f"gpt2_tokenizer: {source} {str(folder)!r} does not exist")
     if not folder.is_dir():
         raise NotADirectoryError(
-            f"gpt2_tokenizer: {source} {str(folder)!r} is not a folder; give the folder that "
-            f"holds the vocabulary files"
+            f"gpt2_tokenizer: {source} {str(folder)!r} is not a folder; give the folder that holds the vocabulary files"
         )
     found = _vocab_files_or_none(folder)
     if found is None:
@@ -489,10 +466,7 @@ def _hub_vocab() -> tuple[tuple[str, ...] | None, str]:
     error = ""
     for local_only in attempts:
         try:
-            paths = tuple(
-                hf_hub_download(GPT2_HUB_REPO, name, local_files_only=local_only)
-                for name in _HF_NAMES
-            )
+            paths = tuple(hf_hub_download(GPT2_HUB_REPO, name, local_files_only=local_only) for name in _HF_NAMES)
         except Exception as e:  # any failure (offline, no network, HTTP error) means "not here"
             error = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
             continue
@@ -540,9 +514,7 @@ def _read_merges(path: Path) -> list[tuple[str, str]]:
             continue
         pair = line.split(" ")
         if len(pair) != 2:
-            raise ValueError(
-                f"gpt2_tokenizer: {str(path)!r} line {number} is not a merge 'left right': {line!r}"
-            )
+            raise ValueError(f"gpt2_tokenizer: {str(path)!r} line {number} is not a merge 'left right': {line!r}")
         merges.append((pair[0], pair[1]))
     return merges
 
@@ -616,9 +588,7 @@ def char_tokenizer(alphabet: str, *, name: str = "char") -> Tokenizer:
     seen: set[str] = set()
     for i, char in enumerate(alphabet):
         if char in seen:
-            raise ValueError(
-                f"char_tokenizer: alphabet holds {char!r} twice (again at position {i})"
-            )
+            raise ValueError(f"char_tokenizer: alphabet holds {char!r} twice (again at position {i})")
         seen.add(char)
 
     vocab = {char: i for i, char in enumerate(alphabet)}

@@ -27,9 +27,17 @@ from interp_gpt.inspect import head_scores, planted_heads_model
 PROMPT = "fajdkelgbnmc" * 2
 
 CHROMIUM_FLAGS = [
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
-    "--hide-scrollbars", "--virtual-time-budget=10000", "--default-background-color=ffffffff",
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--hide-scrollbars",
+    "--virtual-time-budget=10000",
+    "--default-background-color=ffffffff",
 ]
 
 
@@ -37,9 +45,18 @@ def screenshot(chromium: str, page: Path, png: Path, width: int, height: int) ->
     """Open `page` in headless Chromium (a fresh profile) and save a width x height PNG."""
     with tempfile.TemporaryDirectory(prefix="interp_gpt_render_") as profile:
         subprocess.run(
-            [chromium, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", f"--window-size={width},{height}",
-             f"--screenshot={png}", page.resolve().as_uri()],
-            check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=120,
+            [
+                chromium,
+                *CHROMIUM_FLAGS,
+                f"--user-data-dir={profile}",
+                f"--window-size={width},{height}",
+                f"--screenshot={png}",
+                page.resolve().as_uri(),
+            ],
+            check=True,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            timeout=120,
         )
     if not png.is_file() or png.stat().st_size < 1000:
         raise RuntimeError(f"chromium wrote no screenshot to {png}")
@@ -62,7 +79,10 @@ def main(argv: list[str] | None = None) -> int:
 
     with tempfile.TemporaryDirectory(prefix="interp_gpt_pages_") as tmp:
         viewer = plots.attention_viewer(
-            cache, str_tokens, layer=1, head=0,
+            cache,
+            str_tokens,
+            layer=1,
+            head=0,
             title="attention_viewer: the induction head L1H0 of a planted model",
         )
         page = plots.save_html(viewer, Path(tmp) / "viewer.html", config=clean)

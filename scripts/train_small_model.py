@@ -48,8 +48,13 @@ def split(ids: torch.Tensor, frac: float = 0.9) -> tuple[torch.Tensor, torch.Ten
 
 
 def batch(
-    data: list[torch.Tensor], batch_size: int, n_ctx: int, gen: torch.Generator, bos: int,
-    random_frac: float = 0.0, passage_frac: float = 0.0,
+    data: list[torch.Tensor],
+    batch_size: int,
+    n_ctx: int,
+    gen: torch.Generator,
+    bos: int,
+    random_frac: float = 0.0,
+    passage_frac: float = 0.0,
 ) -> torch.Tensor:
     """`batch_size` rows of `n_ctx` tokens: end-of-text (GPT-2's BOS), then a random window
     of text, from each corpus in proportion to its size.
@@ -82,7 +87,7 @@ def batch(
 
 
 def parse_stages(text: str) -> list[tuple[int, int]]:
-    """"32:1500,128:1000" -> [(32, 1500), (128, 1000)]: (context length, steps) per stage."""
+    """ "32:1500,128:1000" -> [(32, 1500), (128, 1000)]: (context length, steps) per stage."""
     try:
         stages = [tuple(int(x) for x in part.split(":")) for part in text.split(",")]
     except ValueError:
@@ -122,13 +127,21 @@ def train(args: argparse.Namespace) -> dict:
     train_data, val_data = (list(d) for d in zip(*(split(e) for e in encoded), strict=True))
     eot = tok.eos_token_id
 
-    cfg = Config(n_layers=args.layers, d_model=args.d_model, n_heads=args.heads, d_vocab=tok.vocab_size,
-                 n_ctx=n_ctx, model_name=NAME, tokenizer_name=NAME)
+    cfg = Config(
+        n_layers=args.layers,
+        d_model=args.d_model,
+        n_heads=args.heads,
+        d_vocab=tok.vocab_size,
+        n_ctx=n_ctx,
+        model_name=NAME,
+        tokenizer_name=NAME,
+    )
     model = GPT(cfg, tokenizer=tok)
     model.init_weights(args.seed)
     # W_U is tied to W_E while training (see tied_logits) and GPT-2 has no unembedding bias.
     model.unembed.W_U.requires_grad_(False)
     model.unembed.b_U.requires_grad_(False)
+
     # Weight decay on the matrices, not on the embeddings: decay would shrink the rows of
     # rare tokens towards zero, and a head can then no longer tell them apart.
     def decays(name: str) -> bool:
@@ -136,8 +149,11 @@ def train(args: argparse.Namespace) -> dict:
 
     decay = [p for n, p in model.named_parameters() if p.requires_grad and decays(n)]
     no_decay = [p for n, p in model.named_parameters() if p.requires_grad and not decays(n)]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
-                            lr=args.lr, betas=(0.9, 0.95))
+    opt = torch.optim.AdamW(
+        [{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
+        lr=args.lr,
+        betas=(0.9, 0.95),
+    )
     gen = torch.Generator().manual_seed(args.seed)
 
     def lr_at(step: int) -> float:  # linear warm-up, then cosine decay to 10%
@@ -173,9 +189,12 @@ def train(args: argparse.Namespace) -> dict:
                 # tokens that fit this stage's window: the induction head's appearance is
                 # a visible jump (no randomness of training is touched).
                 scores = head_scores(model, seq_len=min(50, (ctx - 1) // 2), batch_size=4)
-                print(f"step {step:5d}  ctx {ctx:4d}  loss {loss.item():.4f}  lr {lr_at(step):.2e}  "
-                      f"prev-token {scores['previous token'].max():.2f}  induction {scores['induction'].max():.2f}  "
-                      f"{time.time() - start:6.0f}s", flush=True)
+                print(
+                    f"step {step:5d}  ctx {ctx:4d}  loss {loss.item():.4f}  lr {lr_at(step):.2e}  "
+                    f"prev-token {scores['previous token'].max():.2f}  induction {scores['induction'].max():.2f}  "
+                    f"{time.time() - start:6.0f}s",
+                    flush=True,
+                )
             step += 1
     seconds = time.time() - start
     untie(model)
@@ -184,19 +203,30 @@ def train(args: argparse.Namespace) -> dict:
     eval_gen = torch.Generator().manual_seed(12345)
     with torch.no_grad():
         final = {
-            name: sum(lm_cross_entropy_loss(model(b), b).item()
-                      for b in (batch(data, args.batch, n_ctx, eval_gen, eot) for _ in range(args.eval_batches)))
+            name: sum(
+                lm_cross_entropy_loss(model(b), b).item()
+                for b in (batch(data, args.batch, n_ctx, eval_gen, eot) for _ in range(args.eval_batches))
+            )
             / args.eval_batches
             for name, data in (("train", train_data), ("val", val_data))
         }
         scores = head_scores(model)
     summary = {
-        "seed": args.seed, "stages": args.stages, "steps": step, "batch": args.batch, "lr": args.lr,
-        "random_frac": args.random_frac, "passage_frac": args.passage_frac, "threads": args.threads,
-        "train_seconds": round(seconds, 1), "train_loss": round(final["train"], 4), "val_loss": round(final["val"], 4),
+        "seed": args.seed,
+        "stages": args.stages,
+        "steps": step,
+        "batch": args.batch,
+        "lr": args.lr,
+        "random_frac": args.random_frac,
+        "passage_frac": args.passage_frac,
+        "threads": args.threads,
+        "train_seconds": round(seconds, 1),
+        "train_loss": round(final["train"], 4),
+        "val_loss": round(final["val"], 4),
         "best_previous_token_score": round(float(scores["previous token"].max()), 4),
         "best_induction_score": round(float(scores["induction"].max()), 4),
-        "config": cfg.to_dict(), "losses_first": losses[:5],
+        "config": cfg.to_dict(),
+        "losses_first": losses[:5],
     }
     if args.out:
         out = Path(args.out)
@@ -213,10 +243,18 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--data", default=str(DEFAULT_DATA), help="folder with the corpora")
     p.add_argument("--out", default=str(DEFAULT_OUT), help="where to save ('' to save nothing)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--stages", default="32:1500,64:1000,128:1500",
-                   help="context-length curriculum, CTX:STEPS,... (the last CTX is the model's n_ctx)")
-    p.add_argument("--max-steps", dest="max_steps", type=int, default=None,
-                   help="stop after this many steps in all (a quick look; the schedule is the stages')")
+    p.add_argument(
+        "--stages",
+        default="32:1500,64:1000,128:1500",
+        help="context-length curriculum, CTX:STEPS,... (the last CTX is the model's n_ctx)",
+    )
+    p.add_argument(
+        "--max-steps",
+        dest="max_steps",
+        type=int,
+        default=None,
+        help="stop after this many steps in all (a quick look; the schedule is the stages')",
+    )
     p.add_argument("--batch", type=int, default=32, help="rows per step at the full context (more when shorter)")
     p.add_argument("--vocab", type=int, default=2048, help="BPE vocabulary size, <|endoftext|> included")
     p.add_argument("--layers", type=int, default=2)
@@ -224,10 +262,20 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--heads", type=int, default=4)
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--warmup", type=int, default=100)
-    p.add_argument("--random-frac", dest="random_frac", type=float, default=0.5,
-                   help="share of rows that repeat random tokens (see batch())")
-    p.add_argument("--passage-frac", dest="passage_frac", type=float, default=0.1,
-                   help="share of rows that repeat a passage of text (see batch())")
+    p.add_argument(
+        "--random-frac",
+        dest="random_frac",
+        type=float,
+        default=0.5,
+        help="share of rows that repeat random tokens (see batch())",
+    )
+    p.add_argument(
+        "--passage-frac",
+        dest="passage_frac",
+        type=float,
+        default=0.1,
+        help="share of rows that repeat a passage of text (see batch())",
+    )
     p.add_argument("--threads", type=int, default=2, help="fixed for reproducibility")
     p.add_argument("--eval-batches", dest="eval_batches", type=int, default=20)
     p.add_argument("--log-every", dest="log_every", type=int, default=250)

@@ -68,8 +68,14 @@ def make_hf_gpt2(n_head: int = 4, n_embd: int = 64, seed: int = 0):  # type: ign
     are perturbed away from their (1, 0) init, so that fold_ln & co. have work to do."""
     transformers = pytest.importorskip("transformers")
     hf_cfg = transformers.GPT2Config(
-        n_layer=2, n_head=n_head, n_embd=n_embd, n_positions=32, n_ctx=32, vocab_size=100,
-        bos_token_id=0, eos_token_id=0,  # GPT-2's 50256 is outside a 100-token vocabulary
+        n_layer=2,
+        n_head=n_head,
+        n_embd=n_embd,
+        n_positions=32,
+        n_ctx=32,
+        vocab_size=100,
+        bos_token_id=0,
+        eos_token_id=0,  # GPT-2's 50256 is outside a 100-token vocabulary
     )
     hf_cfg._attn_implementation = "eager"
     torch.manual_seed(seed)

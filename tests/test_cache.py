@@ -80,9 +80,14 @@ def test_missing_activation_says_what_is_cached_and_how_to_fix(model, tokens):
 
 
 def test_layer_out_of_range_names_the_layers(cache):
-    for call in (lambda: cache.accumulated_resid(3), lambda: cache.decompose_resid(-4),
-                 lambda: cache.stack_head_results(7), lambda: cache.stack_neuron_results(3),
-                 lambda: cache.stack_activation("z", 5), lambda: cache.apply_ln_to_stack(cache.decompose_resid(), 3)):
+    for call in (
+        lambda: cache.accumulated_resid(3),
+        lambda: cache.decompose_resid(-4),
+        lambda: cache.stack_head_results(7),
+        lambda: cache.stack_neuron_results(3),
+        lambda: cache.stack_activation("z", 5),
+        lambda: cache.apply_ln_to_stack(cache.decompose_resid(), 3),
+    ):
         with pytest.raises(ValueError, match=r"layers are 0\.\.1"):
             call()
     with pytest.raises(ValueError, match="mlp_input"):
@@ -121,7 +126,10 @@ def test_decompose_resid_sums_to_the_residual_stream(cache):
     parts, labels = cache.decompose_resid(return_labels=True)
     close(parts.sum(0), cache["resid_post", -1])
     assert labels == ["embed", "pos_embed", "0_attn_out", "0_mlp_out", "1_attn_out", "1_mlp_out"]
-    attn, mlp = cache.decompose_resid(mode="attn", incl_embeds=False), cache.decompose_resid(mode="mlp", incl_embeds=False)
+    attn, mlp = (
+        cache.decompose_resid(mode="attn", incl_embeds=False),
+        cache.decompose_resid(mode="mlp", incl_embeds=False),
+    )
     close(attn.sum(0) + mlp.sum(0) + cache["embed"] + cache["pos_embed"], cache["resid_post", -1])
 
 
@@ -141,8 +149,10 @@ def test_apply_ln_scales_components_to_sum_to_the_normalized_stream(cache):
     close(cache.decompose_resid(apply_ln=True).sum(0), cache["ln_final.hook_normalized"])
     for layer in range(N_LAYERS):
         close(cache.decompose_resid(layer, apply_ln=True).sum(0), cache["normalized", layer, "ln1"])
-        close(cache.decompose_resid(layer, mlp_input=True, apply_ln=True, pos_slice=-1).sum(0),
-              cache["normalized", layer, "ln2"][:, -1])
+        close(
+            cache.decompose_resid(layer, mlp_input=True, apply_ln=True, pos_slice=-1).sum(0),
+            cache["normalized", layer, "ln2"][:, -1],
+        )
         close(cache.get_full_resid_decomposition(layer, apply_ln=True).sum(0), cache["normalized", layer, "ln1"])
 
 
@@ -150,7 +160,7 @@ def test_head_results_sum_with_b_O_to_attn_out(model, cache):
     heads, labels = cache.stack_head_results(return_labels=True)
     assert labels == [f"L{L}H{h}" for L in range(N_LAYERS) for h in range(N_HEADS)]
     for L in range(N_LAYERS):
-        close(heads[L * N_HEADS:(L + 1) * N_HEADS].sum(0) + model.blocks[L].attn.b_O, cache["attn_out", L])
+        close(heads[L * N_HEADS : (L + 1) * N_HEADS].sum(0) + model.blocks[L].attn.b_O, cache["attn_out", L])
     with_rest = cache.stack_head_results(1, incl_remainder=True, pos_slice=(1, 5))
     close(with_rest.sum(0), cache["resid_post", 0][:, 1:5])
 
@@ -173,7 +183,7 @@ def test_neuron_results_sum_with_b_out_to_mlp_out(model, cache):
     neurons, labels = cache.stack_neuron_results(2, return_labels=True)
     assert neurons.shape == (N_LAYERS * D_MLP, 2, 6, 64) and labels[D_MLP + 3] == "L1N3"
     for L in range(N_LAYERS):
-        close(neurons[L * D_MLP:(L + 1) * D_MLP].sum(0) + model.blocks[L].mlp.b_out, cache["mlp_out", L], atol=1e-4)
+        close(neurons[L * D_MLP : (L + 1) * D_MLP].sum(0) + model.blocks[L].mlp.b_out, cache["mlp_out", L], atol=1e-4)
     one, labels = cache.stack_neuron_results(1, neuron_slice=7, pos_slice=-1, return_labels=True)
     assert labels == ["L0N7"]  # an int keeps the neuron axis (transformer-lens 4.x; 3.9 fails here)
     close(one[0], cache["post", 0][:, -1, 7, None] * model.blocks[0].mlp.W_out[7])
@@ -234,18 +244,29 @@ def want_positions(pos):
 
 def test_pos_slice_forms_pick_what_transformer_lens_slice_picks(cache):
     resid = cache["resid_post", -1]
-    for pos, want in [(-1, resid[:, -1]), ((3,), resid[:, :3]), ((1, 5), resid[:, 1:5]), ((0, 6, 2), resid[:, ::2]),
-                      ([0, 4], resid[:, [0, 4]]), (torch.tensor([5, 1]), resid[:, [5, 1]]), (None, resid),
-                      (torch.tensor([True, False, True, False, False, True]), resid[:, [0, 2, 5]])]:
+    for pos, want in [
+        (-1, resid[:, -1]),
+        ((3,), resid[:, :3]),
+        ((1, 5), resid[:, 1:5]),
+        ((0, 6, 2), resid[:, ::2]),
+        ([0, 4], resid[:, [0, 4]]),
+        (torch.tensor([5, 1]), resid[:, [5, 1]]),
+        (None, resid),
+        (torch.tensor([True, False, True, False, False, True]), resid[:, [0, 2, 5]]),
+    ]:
         assert torch.equal(cache.accumulated_resid(pos_slice=pos)[-1], want), pos
-        close(cache.decompose_resid(pos_slice=pos, apply_ln=True).sum(0),
-              cache["ln_final.hook_normalized"][:, want_positions(pos)])
+        close(
+            cache.decompose_resid(pos_slice=pos, apply_ln=True).sum(0),
+            cache["ln_final.hook_normalized"][:, want_positions(pos)],
+        )
 
 
 def test_batch_slice_in_apply_ln_and_logit_attrs(cache):
     parts = cache.decompose_resid()
     close(cache.apply_ln_to_stack(parts, batch_slice=1), cache.apply_ln_to_stack(parts)[:, 1])
-    close(cache.apply_ln_to_stack(parts[:, 0], batch_slice=0, has_batch_dim=False), cache.apply_ln_to_stack(parts)[:, 0])
+    close(
+        cache.apply_ln_to_stack(parts[:, 0], batch_slice=0, has_batch_dim=False), cache.apply_ln_to_stack(parts)[:, 0]
+    )
     close(cache.logit_attrs(parts, 5, batch_slice=[1]), cache.logit_attrs(parts, 5)[:, [1]])
 
 
@@ -263,13 +284,17 @@ def test_methods_work_on_a_cache_without_batch_axis(model, tokens):
         _, full = model.run_with_cache(tokens[:1])
         _, one = model.run_with_cache(tokens[:1], remove_batch_dim=True)
     assert not one.has_batch_dim
-    for name, kwargs in [("accumulated_resid", dict(apply_ln=True, incl_mid=True)),
-                         ("decompose_resid", dict(layer=1, mlp_input=True, apply_ln=True, pos_slice=(1, 4))),
-                         ("stack_head_results", dict(apply_ln=True, incl_remainder=True, pos_slice=-1)),
-                         ("get_full_resid_decomposition", dict(apply_ln=True))]:
+    for name, kwargs in [
+        ("accumulated_resid", dict(apply_ln=True, incl_mid=True)),
+        ("decompose_resid", dict(layer=1, mlp_input=True, apply_ln=True, pos_slice=(1, 4))),
+        ("stack_head_results", dict(apply_ln=True, incl_remainder=True, pos_slice=-1)),
+        ("get_full_resid_decomposition", dict(apply_ln=True)),
+    ]:
         close(getattr(one, name)(**kwargs), getattr(full, name)(**kwargs)[:, 0])
-    close(one.logit_attrs(one.decompose_resid(), tokens[0], has_batch_dim=False),
-          full.logit_attrs(full.decompose_resid(), tokens[:1])[:, 0])
+    close(
+        one.logit_attrs(one.decompose_resid(), tokens[0], has_batch_dim=False),
+        full.logit_attrs(full.decompose_resid(), tokens[:1])[:, 0],
+    )
 
 
 # ----------------------------------------------------------------------------
@@ -318,29 +343,77 @@ def _cases(method, **grid):
 
 
 PARITY = (
-    _cases("accumulated_resid", layer=[None, -1, 0, 1, 2], incl_mid=[False, True], apply_ln=[False, True],
-           pos_slice=[None, (1, 4)], return_labels=[True])
+    _cases(
+        "accumulated_resid",
+        layer=[None, -1, 0, 1, 2],
+        incl_mid=[False, True],
+        apply_ln=[False, True],
+        pos_slice=[None, (1, 4)],
+        return_labels=[True],
+    )
     + _cases("accumulated_resid", layer=[None, 1], apply_ln=[True], pos_slice=[-1, [0, 2, 5]])
     + _cases("accumulated_resid", layer=[0, 1], mlp_input=[True], apply_ln=[False, True], return_labels=[True])
-    + _cases("decompose_resid", layer=[None, -1, 1], mode=["all", "attn", "mlp"], apply_ln=[False, True],
-             pos_slice=[None, -1], return_labels=[True])
+    + _cases(
+        "decompose_resid",
+        layer=[None, -1, 1],
+        mode=["all", "attn", "mlp"],
+        apply_ln=[False, True],
+        pos_slice=[None, -1],
+        return_labels=[True],
+    )
     + _cases("decompose_resid", layer=[None, 0], apply_ln=[True], pos_slice=[(2,), (0, 6, 2)])
-    + _cases("decompose_resid", layer=[0, 1], mlp_input=[True], mode=["all", "attn"], apply_ln=[True],
-             incl_embeds=[False, True], return_labels=[True])
+    + _cases(
+        "decompose_resid",
+        layer=[0, 1],
+        mlp_input=[True],
+        mode=["all", "attn"],
+        apply_ln=[True],
+        incl_embeds=[False, True],
+        return_labels=[True],
+    )
     + _cases("decompose_resid", layer=[1], mlp_input=[True], mode=["mlp"], incl_embeds=[False], return_labels=[True])
-    + _cases("stack_head_results", layer=[-1, 0, 1, 2], incl_remainder=[False, True], apply_ln=[False, True],
-             return_labels=[True])
+    + _cases(
+        "stack_head_results",
+        layer=[-1, 0, 1, 2],
+        incl_remainder=[False, True],
+        apply_ln=[False, True],
+        return_labels=[True],
+    )
     + _cases("stack_head_results", layer=[-1, 1], incl_remainder=[True], apply_ln=[True], pos_slice=[-1, (0, 6, 2)])
-    + _cases("stack_neuron_results", layer=[-1, 0, 1], incl_remainder=[False, True], apply_ln=[False, True],
-             return_labels=[True])
-    + _cases("stack_neuron_results", layer=[2], neuron_slice=[None, (10, 20), [1, 5, 7], torch.tensor([3, 9])],
-             pos_slice=[-1], incl_remainder=[True], apply_ln=[True], return_labels=[True])
+    + _cases(
+        "stack_neuron_results",
+        layer=[-1, 0, 1],
+        incl_remainder=[False, True],
+        apply_ln=[False, True],
+        return_labels=[True],
+    )
+    + _cases(
+        "stack_neuron_results",
+        layer=[2],
+        neuron_slice=[None, (10, 20), [1, 5, 7], torch.tensor([3, 9])],
+        pos_slice=[-1],
+        incl_remainder=[True],
+        apply_ln=[True],
+        return_labels=[True],
+    )
     + _cases("stack_activation", activation_name=["pattern", "resid_pre", "z", "post"], layer=[-1, 1])
     + _cases("stack_activation", activation_name=["scale"], layer=[2], sublayer_type=["ln1", "ln2"])
-    + _cases("get_full_resid_decomposition", layer=[None, 0, 1], expand_neurons=[True, False],
-             apply_ln=[False, True], pos_slice=[None, -1], return_labels=[True])
-    + _cases("get_full_resid_decomposition", layer=[0, 1], mlp_input=[True], expand_neurons=[True, False],
-             apply_ln=[False, True], return_labels=[True])
+    + _cases(
+        "get_full_resid_decomposition",
+        layer=[None, 0, 1],
+        expand_neurons=[True, False],
+        apply_ln=[False, True],
+        pos_slice=[None, -1],
+        return_labels=[True],
+    )
+    + _cases(
+        "get_full_resid_decomposition",
+        layer=[0, 1],
+        mlp_input=[True],
+        expand_neurons=[True, False],
+        apply_ln=[False, True],
+        return_labels=[True],
+    )
 )
 
 
@@ -356,7 +429,9 @@ def test_negative_layers_match_transformer_lens_at_the_same_layer(both):
     ours, theirs, _ = both
     with torch.no_grad():
         same(ours.decompose_resid(-2, return_labels=True), theirs.decompose_resid(N_LAYERS - 1, return_labels=True))
-        same(ours.stack_head_results(-2, return_labels=True), theirs.stack_head_results(N_LAYERS - 1, return_labels=True))
+        same(
+            ours.stack_head_results(-2, return_labels=True), theirs.stack_head_results(N_LAYERS - 1, return_labels=True)
+        )
         same(ours.stack_activation("z", -2), theirs.stack_activation("z", N_LAYERS - 1))
 
 
@@ -375,35 +450,49 @@ def test_apply_ln_to_stack_matches_transformer_lens(both, layer, mlp_input):
     with torch.no_grad():
         same(ours.apply_ln_to_stack(stack, layer, mlp_input), theirs.apply_ln_to_stack(stack, layer, mlp_input))
         last = ours.decompose_resid(pos_slice=-1)
-        same(ours.apply_ln_to_stack(last, layer, mlp_input, pos_slice=-1, batch_slice=[1]),
-             theirs.apply_ln_to_stack(last, layer, mlp_input, pos_slice=-1, batch_slice=[1]))
-        same(ours.apply_ln_to_stack(stack[:, 1], layer, mlp_input, batch_slice=1, has_batch_dim=False),
-             theirs.apply_ln_to_stack(stack[:, 1], layer, mlp_input, batch_slice=1, has_batch_dim=False))
+        same(
+            ours.apply_ln_to_stack(last, layer, mlp_input, pos_slice=-1, batch_slice=[1]),
+            theirs.apply_ln_to_stack(last, layer, mlp_input, pos_slice=-1, batch_slice=[1]),
+        )
+        same(
+            ours.apply_ln_to_stack(stack[:, 1], layer, mlp_input, batch_slice=1, has_batch_dim=False),
+            theirs.apply_ln_to_stack(stack[:, 1], layer, mlp_input, batch_slice=1, has_batch_dim=False),
+        )
 
 
 def test_logit_attrs_match_transformer_lens(both):
     ours, theirs, tokens = both
     with torch.no_grad():
         for full in (False, True):
-            make = (lambda c, **k: c.get_full_resid_decomposition(**k)) if full else (lambda c, **k: c.decompose_resid(**k))
+            make = (
+                (lambda c, **k: c.get_full_resid_decomposition(**k))
+                if full
+                else (lambda c, **k: c.decompose_resid(**k))
+            )
             last = make(ours, pos_slice=-1)
             for args in [(tokens[:, -1],), (tokens[:, -1], tokens[:, 0]), (7, 3), (torch.tensor(7),)]:
                 same(ours.logit_attrs(last, *args, pos_slice=-1), theirs.logit_attrs(last, *args, pos_slice=-1))
             every = make(ours)
             same(ours.logit_attrs(every, tokens, tokens.flip(0)), theirs.logit_attrs(every, tokens, tokens.flip(0)))
-            same(ours.logit_attrs(last, tokens[1:, -1], pos_slice=-1, batch_slice=[1]),
-                 theirs.logit_attrs(last, tokens[1:, -1], pos_slice=-1, batch_slice=[1]))
+            same(
+                ours.logit_attrs(last, tokens[1:, -1], pos_slice=-1, batch_slice=[1]),
+                theirs.logit_attrs(last, tokens[1:, -1], pos_slice=-1, batch_slice=[1]),
+            )
 
 
 def test_tl4_only_cases_match_transformer_lens(both):
     """Two calls transformer-lens 3.9 cannot make (they raise there), which 4.x defines:
     an int neuron_slice keeps the neuron axis; [batch] targets broadcast over positions."""
     if tl_major() < 4:
-        pytest.skip("transformer-lens 3.9 raises on an int neuron_slice and on [batch] targets for a "
-                    "[component, batch, pos] stack; 4.x defines both (checked without it above)")
+        pytest.skip(
+            "transformer-lens 3.9 raises on an int neuron_slice and on [batch] targets for a "
+            "[component, batch, pos] stack; 4.x defines both (checked without it above)"
+        )
     ours, theirs, tokens = both
     with torch.no_grad():
-        same(ours.stack_neuron_results(2, neuron_slice=4, return_labels=True),
-             theirs.stack_neuron_results(2, neuron_slice=4, return_labels=True))
+        same(
+            ours.stack_neuron_results(2, neuron_slice=4, return_labels=True),
+            theirs.stack_neuron_results(2, neuron_slice=4, return_labels=True),
+        )
         every = ours.decompose_resid()
         same(ours.logit_attrs(every, tokens[:, -1]), theirs.logit_attrs(every, tokens[:, -1]))

@@ -198,7 +198,7 @@ def test_attention_writes_one_self_contained_page(model, capsys, tmp_path):
     assert out.strip() == str(page)
     text = page.read_text(encoding="utf-8")
     assert "plotly.js v" in text  # the library itself, inline
-    assert "<script src=\"http" not in text
+    assert '<script src="http' not in text
     assert "<b>cat" not in text
     for label in token_labels(model.to_str_tokens(prompt)):
         shown = html.escape(label, quote=False)
@@ -287,8 +287,9 @@ def test_top_level_help_lists_every_subcommand(capsys):
 
 
 def test_python_dash_m_runs_the_command():
-    done = subprocess.run([sys.executable, "-m", "interp_gpt.cli", "heads", "--help"],
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-m", "interp_gpt.cli", "heads", "--help"], capture_output=True, text=True, timeout=120
+    )
     assert done.returncode == 0 and "interp-gpt heads" in done.stdout
 
 

@@ -33,17 +33,39 @@ SHAPES = {
 }
 # The hook families transformer-lens exposes for GPT-2: each must be compared, per layer.
 BLOCK_HOOKS = [
-    "hook_resid_pre", "ln1.hook_scale", "ln1.hook_normalized", "attn.hook_q", "attn.hook_k", "attn.hook_v",
-    "attn.hook_attn_scores", "attn.hook_pattern", "attn.hook_z", "hook_attn_out", "hook_resid_mid",
-    "ln2.hook_scale", "ln2.hook_normalized", "mlp.hook_pre", "mlp.hook_post", "hook_mlp_out", "hook_resid_post",
+    "hook_resid_pre",
+    "ln1.hook_scale",
+    "ln1.hook_normalized",
+    "attn.hook_q",
+    "attn.hook_k",
+    "attn.hook_v",
+    "attn.hook_attn_scores",
+    "attn.hook_pattern",
+    "attn.hook_z",
+    "hook_attn_out",
+    "hook_resid_mid",
+    "ln2.hook_scale",
+    "ln2.hook_normalized",
+    "mlp.hook_pre",
+    "mlp.hook_post",
+    "hook_mlp_out",
+    "hook_resid_post",
 ]
 TOP_HOOKS = ["hook_embed", "hook_pos_embed", "ln_final.hook_scale", "ln_final.hook_normalized"]
 
 
 def _random_gpt2(n_layer: int, n_head: int, n_embd: int, n_ctx: int, vocab: int, seed: int = 0):
     torch.manual_seed(seed)
-    cfg = transformers.GPT2Config(n_layer=n_layer, n_head=n_head, n_embd=n_embd, n_positions=n_ctx, n_ctx=n_ctx,
-                                  vocab_size=vocab, bos_token_id=vocab - 1, eos_token_id=vocab - 1)
+    cfg = transformers.GPT2Config(
+        n_layer=n_layer,
+        n_head=n_head,
+        n_embd=n_embd,
+        n_positions=n_ctx,
+        n_ctx=n_ctx,
+        vocab_size=vocab,
+        bos_token_id=vocab - 1,
+        eos_token_id=vocab - 1,
+    )
     hf = transformers.GPT2LMHeadModel(cfg).eval()
     # Fresh init has LayerNorm weight 1 and zero biases, which would hide folding mistakes.
     with torch.no_grad():
@@ -193,8 +215,10 @@ def test_opt_in_hooks_match_transformer_lens(tmp_path, flags):
     if transformer_lens_major() >= 4 and {"use_split_qkv_input", "use_attn_in"} & set(flags):
         # A known difference of the 4.x bridge: it applies ln1 before copying the input per
         # head, so its ln1 hooks lack the head axis that 3.9 and we give them.
-        assert all(re.fullmatch(r"blocks\.\d+\.ln1\.hook_(scale|normalized)", r.name) and "shapes differ" in r.note
-                   for r in failures), str(report)
+        assert all(
+            re.fullmatch(r"blocks\.\d+\.ln1\.hook_(scale|normalized)", r.name) and "shapes differ" in r.note
+            for r in failures
+        ), str(report)
         failures = []
     assert failures == [], str(report)
     assert report.logits_ok

@@ -17,9 +17,7 @@ FIRST_CELL = re.compile(r'^MODEL_NAME = "tiny-gpt2"(\s*#.*)?$')
 
 def _read(name: str) -> Any:
     """The notebook as an nbformat NotebookNode (skips the test without nbformat)."""
-    nbformat = pytest.importorskip(
-        "nbformat", reason="the notebook tests need nbformat (pip install -e '.[dev]')"
-    )
+    nbformat = pytest.importorskip("nbformat", reason="the notebook tests need nbformat (pip install -e '.[dev]')")
     return nbformat.read(DEMOS / name, as_version=4)
 
 
@@ -29,13 +27,9 @@ def test_notebook_is_committed_without_outputs_and_starts_with_model_name(name: 
     code = [c for c in nb.cells if c.cell_type == "code"]
     assert code, f"{name} has no code cells"
     first = code[0].source.strip()
-    assert FIRST_CELL.match(first), (
-        f'{name}: the first code cell must set MODEL_NAME = "tiny-gpt2", got {first!r}'
-    )
+    assert FIRST_CELL.match(first), f'{name}: the first code cell must set MODEL_NAME = "tiny-gpt2", got {first!r}'
     for i, cell in enumerate(code):
-        assert not cell.get("outputs") and cell.get("execution_count") is None, (
-            f"{name}: code cell {i} has outputs"
-        )
+        assert not cell.get("outputs") and cell.get("execution_count") is None, f"{name}: code cell {i} has outputs"
 
 
 @pytest.mark.parametrize("name", NOTEBOOKS)
@@ -55,12 +49,8 @@ def test_notebook_explains_every_step(name: str) -> None:
 def test_notebook_runs(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Execute every cell in a fresh python3 kernel, in a temporary working directory;
     any cell error fails the test with the cell's traceback."""
-    pytest.importorskip(
-        "ipykernel", reason="the notebook tests need ipykernel (pip install -e '.[dev]')"
-    )
-    nbclient = pytest.importorskip(
-        "nbclient", reason="the notebook tests need nbclient (pip install -e '.[dev]')"
-    )
+    pytest.importorskip("ipykernel", reason="the notebook tests need ipykernel (pip install -e '.[dev]')")
+    nbclient = pytest.importorskip("nbclient", reason="the notebook tests need nbclient (pip install -e '.[dev]')")
     nb = _read(name)
     # The kernel inherits this environment: never reach the Hugging Face hub.
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
@@ -73,15 +63,7 @@ def test_notebook_runs(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     start = time.perf_counter()
     client.execute()  # raises CellExecutionError, with the failing cell and traceback, on any error
     print(f"{name}: {time.perf_counter() - start:.1f} s")
-    errors = [
-        o
-        for c in nb.cells
-        if c.cell_type == "code"
-        for o in c.get("outputs", [])
-        if o.output_type == "error"
-    ]
+    errors = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []) if o.output_type == "error"]
     assert not errors, f"{name}: {errors[0].ename}: {errors[0].evalue}"
     if name.startswith("02"):
-        assert (tmp_path / "attention_viewer.html").is_file(), (
-            "notebook 02 must save the attention viewer page"
-        )
+        assert (tmp_path / "attention_viewer.html").is_file(), "notebook 02 must save the attention viewer page"

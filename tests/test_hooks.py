@@ -77,6 +77,7 @@ def test_in_place_edits_in_any_hook_never_touch_the_parameters(tiny_model, tiny_
     failures = {}
     for tokens in (tiny_tokens[:1], tiny_tokens):  # batch of 1 and of 2
         for name in tiny_model.hook_dict:
+
             def halve(t, hook):
                 t.mul_(0.5)
 
@@ -155,8 +156,11 @@ def test_bad_hook_spec_is_a_type_error_and_attaches_nothing(tiny_model, tiny_tok
 # ----------------------------------------------------------------------------
 # Hooks are removed on every exit path
 # ----------------------------------------------------------------------------
-@pytest.mark.parametrize("exc, fn", [(Boom, raise_boom), (KeyboardInterrupt, raise_keyboard_interrupt)],
-                         ids=["exception", "KeyboardInterrupt"])
+@pytest.mark.parametrize(
+    "exc, fn",
+    [(Boom, raise_boom), (KeyboardInterrupt, raise_keyboard_interrupt)],
+    ids=["exception", "KeyboardInterrupt"],
+)
 def test_hooks_removed_when_a_hook_raises_in_run_with_hooks(tiny_model, tiny_tokens, exc, fn):
     with pytest.raises(exc):
         tiny_model.run_with_hooks(
@@ -167,18 +171,25 @@ def test_hooks_removed_when_a_hook_raises_in_run_with_hooks(tiny_model, tiny_tok
     assert_no_hooks_attached(tiny_model)
 
 
-@pytest.mark.parametrize("exc, fn", [(Boom, raise_boom), (KeyboardInterrupt, raise_keyboard_interrupt)],
-                         ids=["exception", "KeyboardInterrupt"])
+@pytest.mark.parametrize(
+    "exc, fn",
+    [(Boom, raise_boom), (KeyboardInterrupt, raise_keyboard_interrupt)],
+    ids=["exception", "KeyboardInterrupt"],
+)
 def test_hooks_removed_when_a_hook_raises_inside_hooks_context(tiny_model, tiny_tokens, exc, fn):
     with pytest.raises(exc):
-        with tiny_model.hooks(fwd_hooks=[("blocks.0.attn.hook_z", fn)],
-                              bwd_hooks=[("blocks.0.hook_resid_post", lambda g, hook: None)]):
+        with tiny_model.hooks(
+            fwd_hooks=[("blocks.0.attn.hook_z", fn)], bwd_hooks=[("blocks.0.hook_resid_post", lambda g, hook: None)]
+        ):
             tiny_model(tiny_tokens)
     assert_no_hooks_attached(tiny_model)
 
 
-@pytest.mark.parametrize("exc, fn", [(Boom, raise_boom), (KeyboardInterrupt, raise_keyboard_interrupt)],
-                         ids=["exception", "KeyboardInterrupt"])
+@pytest.mark.parametrize(
+    "exc, fn",
+    [(Boom, raise_boom), (KeyboardInterrupt, raise_keyboard_interrupt)],
+    ids=["exception", "KeyboardInterrupt"],
+)
 def test_hooks_removed_when_a_hook_raises_inside_run_with_cache(tiny_model, tiny_tokens, exc, fn):
     with pytest.raises(exc):
         with tiny_model.hooks(fwd_hooks=[("ln_final.hook_scale", fn)]):
@@ -228,7 +239,7 @@ def test_leaving_an_inner_hooks_context_restores_exactly_the_outer_hooks(tiny_mo
 
 
 def test_nested_contexts_apply_both_hooks_while_inside(tiny_model, tiny_tokens):
-    scale = lambda k: (lambda t, hook: t * k)  # noqa: E731
+    scale = lambda k: lambda t, hook: t * k  # noqa: E731
     _, cache = tiny_model.run_with_cache(tiny_tokens)
     seen = []
     with tiny_model.hooks(fwd_hooks=[("hook_embed", scale(2.0))]):
@@ -355,8 +366,12 @@ def test_backward_hook_returning_a_tensor_replaces_the_gradient(tiny_model, tiny
 def test_run_with_hooks_keeps_backward_hooks_with_reset_hooks_end_false(tiny_model, tiny_tokens):
     name = "blocks.1.hook_attn_out"
     got = []
-    loss = tiny_model.run_with_hooks(tiny_tokens, return_type="loss", reset_hooks_end=False,
-                                     bwd_hooks=[(name, lambda g, hook: got.append(g.clone()))])
+    loss = tiny_model.run_with_hooks(
+        tiny_tokens,
+        return_type="loss",
+        reset_hooks_end=False,
+        bwd_hooks=[(name, lambda g, hook: got.append(g.clone()))],
+    )
     loss.backward()
     tiny_model.reset_hooks()
     assert len(got) == 1
@@ -375,8 +390,9 @@ def test_run_with_cache_incl_bwd_stores_gradients(tiny_model, tiny_tokens):
         assert cache[k + "_grad"].shape == cache[k].shape, k
     want = _grad_of_loss_wrt(tiny_model, tiny_tokens, "blocks.0.hook_resid_post")
     torch.testing.assert_close(cache["blocks.0.hook_resid_post_grad"], want)
-    torch.testing.assert_close(cache["blocks.1.hook_mlp_out_grad"],
-                               _grad_of_loss_wrt(tiny_model, tiny_tokens, "blocks.1.hook_mlp_out"))
+    torch.testing.assert_close(
+        cache["blocks.1.hook_mlp_out_grad"], _grad_of_loss_wrt(tiny_model, tiny_tokens, "blocks.1.hook_mlp_out")
+    )
 
 
 def test_incl_bwd_without_a_scalar_output_is_a_value_error(tiny_model, tiny_tokens):
@@ -445,10 +461,31 @@ def test_get_act_name_matches_transformer_lens_spelling(args, want):
 
 def test_get_act_name_agrees_with_transformer_lens():
     tl_utils = pytest.importorskip("transformer_lens.utils")
-    cases = [("k", 6), ("scale", 2, "ln1"), ("pre5",), ("scale",), ("resid_pre", 0), ("mlp_out", 3),
-             ("attn_out", 1), ("embed",), ("z", 0), ("q", 1), ("v", 2), ("attn_scores", 1), ("result", 3),
-             ("resid_mid", 4), ("normalized",), ("normalized", 1, "ln2"), ("post", 7), ("pattern", 2),
-             ("k6a",), ("scale4ln1",), ("attn", 3), ("attn_logits", 2), ("value", 1)]
+    cases = [
+        ("k", 6),
+        ("scale", 2, "ln1"),
+        ("pre5",),
+        ("scale",),
+        ("resid_pre", 0),
+        ("mlp_out", 3),
+        ("attn_out", 1),
+        ("embed",),
+        ("z", 0),
+        ("q", 1),
+        ("v", 2),
+        ("attn_scores", 1),
+        ("result", 3),
+        ("resid_mid", 4),
+        ("normalized",),
+        ("normalized", 1, "ln2"),
+        ("post", 7),
+        ("pattern", 2),
+        ("k6a",),
+        ("scale4ln1",),
+        ("attn", 3),
+        ("attn_logits", 2),
+        ("value", 1),
+    ]
     for args in cases:
         assert get_act_name(*args) == tl_utils.get_act_name(*args), args
 

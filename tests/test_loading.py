@@ -55,9 +55,17 @@ def _tl_config(hf_model):  # type: ignore[no-untyped-def]
     tl = pytest.importorskip("transformer_lens")
     c = hf_model.config
     return tl.HookedTransformerConfig(
-        n_layers=c.n_layer, d_model=c.n_embd, n_ctx=c.n_positions, d_head=c.n_embd // c.n_head,
-        n_heads=c.n_head, d_mlp=4 * c.n_embd, d_vocab=c.vocab_size, act_fn="gelu_new",
-        normalization_type="LN", eps=c.layer_norm_epsilon, original_architecture="GPT2LMHeadModel",
+        n_layers=c.n_layer,
+        d_model=c.n_embd,
+        n_ctx=c.n_positions,
+        d_head=c.n_embd // c.n_head,
+        n_heads=c.n_head,
+        d_mlp=4 * c.n_embd,
+        d_vocab=c.vocab_size,
+        act_fn="gelu_new",
+        normalization_type="LN",
+        eps=c.layer_norm_epsilon,
+        original_architecture="GPT2LMHeadModel",
     )
 
 
@@ -66,8 +74,10 @@ def make_tl_model(hf_model, processed: bool):  # type: ignore[no-untyped-def]
     from interp_gpt.compare import transformer_lens_major
 
     if transformer_lens_major() >= 4:
-        pytest.skip("transformer-lens 4.x has no HookedTransformer: these cases run in CI's 3.9 venv "
-                    "(the 4.x TransformerBridge as a source is tested by test_transformer_bridge_is_a_source)")
+        pytest.skip(
+            "transformer-lens 4.x has no HookedTransformer: these cases run in CI's 3.9 venv "
+            "(the 4.x TransformerBridge as a source is tested by test_transformer_bridge_is_a_source)"
+        )
     from transformer_lens import HookedTransformer
     from transformer_lens.pretrained.weight_conversions import convert_gpt2_weights
 
@@ -75,8 +85,9 @@ def make_tl_model(hf_model, processed: bool):  # type: ignore[no-untyped-def]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)  # HookedTransformer is deprecated in 3.9
         model = HookedTransformer(cfg)
-    flags = dict(fold_ln=processed, center_writing_weights=processed, center_unembed=processed,
-                 fold_value_biases=processed)
+    flags = dict(
+        fold_ln=processed, center_writing_weights=processed, center_unembed=processed, fold_value_biases=processed
+    )
     model.load_and_process_state_dict(convert_gpt2_weights(hf_model, cfg), **flags)
     return model.eval()
 
@@ -98,7 +109,12 @@ def test_unprocessed_load_gives_hf_logits(hf_checkpoint_dir, hf_model):
     model = from_pretrained_no_processing(hf_checkpoint_dir)
     assert model.cfg.normalization_type == "LN"
     assert (model.cfg.n_layers, model.cfg.d_model, model.cfg.n_heads, model.cfg.d_vocab, model.cfg.n_ctx) == (
-        2, 64, 4, 100, 32)
+        2,
+        64,
+        4,
+        100,
+        32,
+    )
     torch.testing.assert_close(logits(model), hf_logits(hf_model), atol=1e-4, rtol=0)
 
 
@@ -139,8 +155,12 @@ def test_processing_leaves_the_residual_stream_decomposition_intact(hf_checkpoin
     processed = from_pretrained(hf_checkpoint_dir)
     _, a = raw.run_with_cache(TOKENS)
     _, b = processed.run_with_cache(TOKENS)
-    for name in ["blocks.0.ln1.hook_scale", "blocks.1.ln2.hook_scale", "ln_final.hook_scale",
-                 "blocks.1.attn.hook_pattern"]:
+    for name in [
+        "blocks.0.ln1.hook_scale",
+        "blocks.1.ln2.hook_scale",
+        "ln_final.hook_scale",
+        "blocks.1.attn.hook_pattern",
+    ]:
         torch.testing.assert_close(a[name], b[name], atol=1e-4, rtol=1e-4)
 
 
@@ -183,11 +203,17 @@ def test_bare_weights_file_without_config_infers_it(tmp_path, hf_gpt2_factory):
     # Without config.json n_heads is inferred from GPT-2's d_head of 64: use a 64-wide, 1-head model.
     hf = hf_gpt2_factory(n_head=1, n_embd=64, seed=7)
     path = tmp_path / "weights.safetensors"
-    safetensors_torch.save_file({k: v.contiguous() for k, v in hf.state_dict().items() if k != "lm_head.weight"},
-                                str(path))
+    safetensors_torch.save_file(
+        {k: v.contiguous() for k, v in hf.state_dict().items() if k != "lm_head.weight"}, str(path)
+    )
     model = from_pretrained_no_processing(path)
     assert (model.cfg.n_layers, model.cfg.d_model, model.cfg.n_heads, model.cfg.d_vocab, model.cfg.n_ctx) == (
-        2, 64, 1, 100, 32)
+        2,
+        64,
+        1,
+        100,
+        32,
+    )
     torch.testing.assert_close(logits(model), hf_logits(hf), atol=1e-4, rtol=0)
 
 
@@ -292,8 +318,9 @@ def test_config_argument_is_used_and_not_mutated(hf_checkpoint_dir, hf_model):
 def test_gpt2_config_with_other_attention_scaling_is_matched_or_refused(field, value):
     # Some GPT-2-architecture repos (e.g. stanford-crfm's) set these; loading must not give
     # silently different numbers: either match transformers or raise a CheckpointError naming the field.
-    hf_cfg = transformers.GPT2Config(n_layer=2, n_head=4, n_embd=64, n_positions=32, vocab_size=100,
-                                     bos_token_id=0, eos_token_id=0, **{field: value})
+    hf_cfg = transformers.GPT2Config(
+        n_layer=2, n_head=4, n_embd=64, n_positions=32, vocab_size=100, bos_token_id=0, eos_token_id=0, **{field: value}
+    )
     hf_cfg._attn_implementation = "eager"
     torch.manual_seed(0)
     hf = transformers.GPT2LMHeadModel(hf_cfg).eval()
@@ -540,7 +567,9 @@ def test_processing_in_place_writes_into_the_given_tensors_with_the_same_result(
     from interp_gpt.loading import process_weights
 
     def fresh() -> dict[str, torch.Tensor]:
-        return {k: v.detach().clone() for k, v in tiny_model.state_dict().items() if "IGNORE" not in k and "mask" not in k}
+        return {
+            k: v.detach().clone() for k, v in tiny_model.state_dict().items() if "IGNORE" not in k and "mask" not in k
+        }
 
     replaced = process_weights(fresh(), Config(**TINY))
     sd = fresh()
@@ -616,7 +645,9 @@ def test_safetensors_weights_are_mapped_not_copied(hf_gpt2_factory, tmp_path, mo
             assert _mapped_file(p) == weights_file, f"{name} should lie in the file's map"
     assert model.unembed.W_U.untyped_storage().data_ptr() != model.embed.W_E.untyped_storage().data_ptr()
     torch.testing.assert_close(model.unembed.W_U, hf.lm_head.weight.detach().T, rtol=0, atol=0)
-    torch.testing.assert_close(model.blocks[1].attn.W_V, from_pretrained_no_processing(hf).blocks[1].attn.W_V, rtol=0, atol=0)
+    torch.testing.assert_close(
+        model.blocks[1].attn.W_V, from_pretrained_no_processing(hf).blocks[1].attn.W_V, rtol=0, atol=0
+    )
 
 
 @pytest.mark.parametrize("source", ["folder", "model", "processed folder"])
@@ -644,7 +675,7 @@ def test_untied_lm_head_in_a_state_dict_of_views_of_one_buffer(hf_gpt2_factory, 
     flat = torch.cat([v.flatten() for v in sd.values()])
     views, at = {}, 0
     for k, v in sd.items():
-        views[k] = flat[at:at + v.numel()].view(v.shape)
+        views[k] = flat[at : at + v.numel()].view(v.shape)
         at += v.numel()
     torch.save(views, tmp_path / "flat.pt")
     expected = hf_logits(hf)
@@ -724,7 +755,9 @@ def test_processing_in_pieces_equals_each_step_over_the_whole_model(hf_gpt2_fact
     loading.fold_value_biases(whole, cfg)
     monkeypatch.setattr(loading, "_PROCESS_CHUNK", chunk)
     for inplace in (False, True):
-        piecewise = loading.process_weights({k: v.clone() for k, v in sd.items()}, dataclasses.replace(cfg), inplace=inplace)
+        piecewise = loading.process_weights(
+            {k: v.clone() for k, v in sd.items()}, dataclasses.replace(cfg), inplace=inplace
+        )
         assert sorted(piecewise) == sorted(whole)
         for k, v in whole.items():
             torch.testing.assert_close(piecewise[k], v.float(), atol=1e-6, rtol=1e-6, msg=k)
@@ -735,6 +768,7 @@ def test_saving_another_model_over_the_folder_leaves_a_loaded_model_as_it_was(hf
     the same folder must replace the file, never rewrite the pages the first model still reads.
     safetensors 0.8's save_file itself writes a new file; here it is swapped for a writer that
     rewrites an existing file in place (as other writers do), which does change a loaded model."""
+
     def save_in_place(tensors, filename, metadata=None):  # type: ignore[no-untyped-def]
         data = safetensors_torch.save(tensors, metadata=metadata)
         with open(filename, "r+b" if Path(filename).exists() else "wb") as f:
@@ -750,7 +784,9 @@ def test_saving_another_model_over_the_folder_leaves_a_loaded_model_as_it_was(hf
         patch.setattr(safetensors_torch, "save_file", save_in_place)
         save_hf_checkpoint(other, tmp_path)
     torch.testing.assert_close(first(tokens), expected, rtol=0, atol=0)
-    torch.testing.assert_close(from_pretrained_no_processing(tmp_path, tokenizer=None)(tokens), other(tokens), rtol=0, atol=1e-6)
+    torch.testing.assert_close(
+        from_pretrained_no_processing(tmp_path, tokenizer=None)(tokens), other(tokens), rtol=0, atol=1e-6
+    )
     assert not any(p.name.endswith(".tmp") for p in tmp_path.iterdir())
 
 

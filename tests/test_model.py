@@ -36,8 +36,11 @@ def reference_logits(model: GPT, tokens: torch.Tensor) -> torch.Tensor:
         z = torch.matmul(pattern, v)  # [b, head, p, d_head]
         x = x + torch.matmul(z, s("attn.W_O")).sum(1) + s("attn.b_O")
         h = F.layer_norm(x, (d,), s("ln2.w"), s("ln2.b"), eps)
-        x = x + torch.matmul(F.gelu(torch.matmul(h, s("mlp.W_in")) + s("mlp.b_in"), approximate="tanh"),
-                             s("mlp.W_out")) + s("mlp.b_out")
+        x = (
+            x
+            + torch.matmul(F.gelu(torch.matmul(h, s("mlp.W_in")) + s("mlp.b_in"), approximate="tanh"), s("mlp.W_out"))
+            + s("mlp.b_out")
+        )
     x = F.layer_norm(x, (d,), sd["ln_final.w"], sd["ln_final.b"], eps)
     return torch.matmul(x, sd["unembed.W_U"]) + sd["unembed.b_U"]
 
@@ -209,8 +212,9 @@ def test_start_at_layer_with_tokens_gives_the_same_loss(tiny_model, tiny_tokens)
     torch.testing.assert_close(again, loss)
 
 
-@pytest.mark.parametrize("kwargs", [{"stop_at_layer": 3}, {"start_at_layer": 3}, {"stop_at_layer": -3},
-                                    {"start_at_layer": -3}])
+@pytest.mark.parametrize(
+    "kwargs", [{"stop_at_layer": 3}, {"start_at_layer": 3}, {"stop_at_layer": -3}, {"start_at_layer": -3}]
+)
 def test_out_of_range_start_or_stop_layer_raises(tiny_model, tiny_tokens, kwargs):
     x = tiny_model(tiny_tokens, stop_at_layer=0) if "start_at_layer" in kwargs else tiny_tokens
     arg = next(iter(kwargs))
@@ -478,7 +482,9 @@ def test_fused_and_hooked_paths_agree(tiny_model, tiny_tokens, padded):
         # Attaching one hook to one pattern switches that layer's path and changes nothing else.
         seen = []
         hooked = tiny_model.run_with_hooks(
-            tiny_tokens, attention_mask=mask, fwd_hooks=[("blocks.1.attn.hook_pattern", lambda p, hook: seen.append(p.shape))]
+            tiny_tokens,
+            attention_mask=mask,
+            fwd_hooks=[("blocks.1.attn.hook_pattern", lambda p, hook: seen.append(p.shape))],
         )
     assert seen == [(2, tiny_model.cfg.n_heads, 7, 7)]
     assert _pattern_hook_counts(tiny_model) == 0
@@ -569,7 +575,10 @@ def test_hook_pre_keeps_the_pre_activation_when_the_activation_runs_in_place(tin
     mlp = tiny_model.blocks[1].mlp
     context = torch.inference_mode if mode == "inference_mode" else torch.no_grad
     with context():
-        _, cache = tiny_model.run_with_cache(tiny_tokens, names_filter=lambda n: n.startswith("blocks.1.") and "mlp" in n or n.endswith("1.ln2.hook_normalized"))
+        _, cache = tiny_model.run_with_cache(
+            tiny_tokens,
+            names_filter=lambda n: n.startswith("blocks.1.") and "mlp" in n or n.endswith("1.ln2.hook_normalized"),
+        )
         kept = []  # a hook that keeps a reference, no clone
         tiny_model.run_with_hooks(tiny_tokens, fwd_hooks=[("blocks.1.mlp.hook_pre", lambda t, hook: kept.append(t))])
         _, post_only = tiny_model.run_with_cache(tiny_tokens, names_filter="blocks.1.mlp.hook_post")
@@ -623,7 +632,9 @@ def test_hooked_attention_path_with_padding_has_no_nan_and_the_fast_paths_logits
     place, NaN rows of padding queries zeroed); its logits equal the fused path's."""
     _, tokens, mask = _padded_batch(side)
     fast = tiny_model(tokens, attention_mask=mask)
-    hooked, cache = tiny_model.run_with_cache(tokens, attention_mask=mask, names_filter=lambda n: n.endswith("hook_pattern"))
+    hooked, cache = tiny_model.run_with_cache(
+        tokens, attention_mask=mask, names_filter=lambda n: n.endswith("hook_pattern")
+    )
     torch.testing.assert_close(hooked, fast, atol=1e-5, rtol=0)
     for L in range(tiny_model.cfg.n_layers):
         pattern = cache["pattern", L]

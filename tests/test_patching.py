@@ -24,10 +24,20 @@ from interp_gpt import (
 from interp_gpt.metrics import logit_diff, logits_to_ave_logit_diff, normalized_logit_diff
 
 SWEEPS = [
-    "resid_pre", "resid_mid", "attn_out", "mlp_out",
-    "attn_head_out_by_pos", "attn_head_q_by_pos", "attn_head_k_by_pos", "attn_head_v_by_pos",
-    "attn_head_pattern_by_pos", "attn_head_pattern_dest_src_pos",
-    "attn_head_out_all_pos", "attn_head_q_all_pos", "attn_head_k_all_pos", "attn_head_v_all_pos",
+    "resid_pre",
+    "resid_mid",
+    "attn_out",
+    "mlp_out",
+    "attn_head_out_by_pos",
+    "attn_head_q_by_pos",
+    "attn_head_k_by_pos",
+    "attn_head_v_by_pos",
+    "attn_head_pattern_by_pos",
+    "attn_head_pattern_dest_src_pos",
+    "attn_head_out_all_pos",
+    "attn_head_q_all_pos",
+    "attn_head_k_all_pos",
+    "attn_head_v_all_pos",
     "attn_head_pattern_all_pos",
 ]
 EVERY = ["attn_head_all_pos_every", "attn_head_by_pos_every", "block_every"]
@@ -133,7 +143,9 @@ def test_sweep_matches_transformer_lens(pair, name):
 
 
 @pytest.mark.parity
-@pytest.mark.parametrize("name", ["resid_pre", "attn_head_out_by_pos", "attn_head_pattern_dest_src_pos", "attn_head_v_all_pos"])
+@pytest.mark.parametrize(
+    "name", ["resid_pre", "attn_head_out_by_pos", "attn_head_pattern_dest_src_pos", "attn_head_v_all_pos"]
+)
 def test_sweep_matches_transformer_lens_with_a_batch_of_prompts(pair, name):
     """Copies are groups of batch rows; the metric sees one copy's [2, pos, d_vocab] logits."""
     clean, corrupted = _tokens(2, 5, 3), _tokens(2, 5, 4)
@@ -165,29 +177,44 @@ def test_generic_activation_patch_with_index_df_and_a_custom_setter_matches_tran
     with torch.no_grad():
         _, tl_cache = tl.run_with_cache(clean)
         theirs, their_df = tl_patching.generic_activation_patch(
-            tl, corrupted, tl_cache, tl_style_metric, halfway, "resid_mid", index_df=rows, return_index_df=True)
+            tl, corrupted, tl_cache, tl_style_metric, halfway, "resid_mid", index_df=rows, return_index_df=True
+        )
     mine, my_df = patching.generic_activation_patch(
-        ours, corrupted, our_cache, tl_style_metric, halfway, "resid_mid", index_df=rows, return_index_df=True,
-        progress=False, batch_size=3)
+        ours,
+        corrupted,
+        our_cache,
+        tl_style_metric,
+        halfway,
+        "resid_mid",
+        index_df=rows,
+        return_index_df=True,
+        progress=False,
+        batch_size=3,
+    )
     assert mine.shape == theirs.shape == (4,)
     torch.testing.assert_close(mine, theirs, atol=1e-5, rtol=0)
     assert my_df is rows and their_df is rows
 
     # return_index_df without an index_df: the product of the axes, last fastest, like theirs
     _, df = patching.get_act_patch_attn_head_out_all_pos(
-        ours, corrupted, our_cache, tl_style_metric, return_index_df=True, progress=False)
+        ours, corrupted, our_cache, tl_style_metric, return_index_df=True, progress=False
+    )
     assert list(df.columns) == ["layer", "head"] and df.values.tolist()[:5] == [[0, 0], [0, 1], [0, 2], [0, 3], [1, 0]]
 
 
 # ----------------------------------------------------------------------------
 # Batching: results do not depend on how copies are grouped; the prefix runs once
 # ----------------------------------------------------------------------------
-@pytest.mark.parametrize("name", ["resid_pre", "attn_head_q_by_pos", "attn_head_pattern_dest_src_pos", "attn_head_k_all_pos"])
+@pytest.mark.parametrize(
+    "name", ["resid_pre", "attn_head_q_by_pos", "attn_head_pattern_dest_src_pos", "attn_head_k_all_pos"]
+)
 def test_batch_size_does_not_change_results(tiny_model, name):
     clean, corrupted = _tokens(2, 6, 5), _tokens(2, 6, 6)
     _, cache = tiny_model.run_with_cache(clean)
     fn = getattr(patching, f"get_act_patch_{name}")
-    results = [fn(tiny_model, corrupted, cache, tl_style_metric, batch_size=bs, progress=False) for bs in (1, 7, 10_000)]
+    results = [
+        fn(tiny_model, corrupted, cache, tl_style_metric, batch_size=bs, progress=False) for bs in (1, 7, 10_000)
+    ]
     for other in results[1:]:
         torch.testing.assert_close(other, results[0], atol=2e-6, rtol=0)
     assert results[0].abs().max() > 0
@@ -213,11 +240,14 @@ def test_layers_before_the_patch_run_once():
         def hook(module, inputs, output):
             rows[layer] += inputs[0].shape[0]
             calls[layer] += 1
+
         return hook
 
     handles = [block.register_forward_hook(counter(i)) for i, block in enumerate(model.blocks)]
     try:
-        patching.get_act_patch_resid_pre(model, corrupted, cache, lambda logits: logits[:, -1, 0].mean(), progress=False)
+        patching.get_act_patch_resid_pre(
+            model, corrupted, cache, lambda logits: logits[:, -1, 0].mean(), progress=False
+        )
     finally:
         for h in handles:
             h.remove()
@@ -269,7 +299,9 @@ def test_attribution_gradients_equal_autograd(tiny_model):
     # 3. The estimate is (clean - corrupted) * grad, summed over what a patch covers.
     _, clean_cache = tiny_model.run_with_cache(clean)
     L, p = 1, 4
-    manual = ((clean_cache["resid_pre", L] - cache["resid_pre", L]) * result.grads["blocks.1.hook_resid_pre"])[:, p].sum()
+    manual = ((clean_cache["resid_pre", L] - cache["resid_pre", L]) * result.grads["blocks.1.hook_resid_pre"])[
+        :, p
+    ].sum()
     torch.testing.assert_close(result["resid_pre"][L, p], manual, atol=1e-6, rtol=1e-5)
     assert all(p.grad is None for p in tiny_model.parameters())  # attribution left .grad alone
 
@@ -292,9 +324,19 @@ def test_attribution_is_exact_where_the_metric_is_linear(tiny_model):
         _, clean_cache = tiny_model.run_with_cache(clean)
         exact = {}
         for sweep in ["mlp_out", "resid_post", "resid_pre"]:
-            exact[sweep] = patching.generic_activation_patch(
-                tiny_model, corrupted, clean_cache, metric, patching.layer_pos_patch_setter, sweep,
-                ("layer", "pos"), progress=False) - result.corrupted_metric
+            exact[sweep] = (
+                patching.generic_activation_patch(
+                    tiny_model,
+                    corrupted,
+                    clean_cache,
+                    metric,
+                    patching.layer_pos_patch_setter,
+                    sweep,
+                    ("layer", "pos"),
+                    progress=False,
+                )
+                - result.corrupted_metric
+            )
     for sweep in ["mlp_out", "resid_post"]:
         torch.testing.assert_close(result[sweep][last], exact[sweep][last], atol=1e-6, rtol=1e-4)
         assert exact[sweep][last].abs().min() > 2e-5  # every position moves the metric, well above float error
@@ -313,16 +355,27 @@ def test_attribution_correlates_with_activation_patching(tiny_model):
     assert cmp.attribution.shape == cmp.patching.shape == (2, 6)
     assert cmp.correlation > 0.9, cmp
     # Per-position head estimates add up to the all-positions ones (the estimate is linear).
-    result = patching.attribution_patch(tiny_model, clean, corrupted, metric, sweeps=["attn_head_out_all_pos", "attn_head_out_by_pos"])
+    result = patching.attribution_patch(
+        tiny_model, clean, corrupted, metric, sweeps=["attn_head_out_all_pos", "attn_head_out_by_pos"]
+    )
     assert set(result.keys()) == {"attn_head_out_all_pos", "attn_head_out_by_pos"}
-    torch.testing.assert_close(result["attn_head_out_by_pos"].sum(1), result["attn_head_out_all_pos"], atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(
+        result["attn_head_out_by_pos"].sum(1), result["attn_head_out_all_pos"], atol=1e-6, rtol=1e-5
+    )
 
 
 def test_attribution_shapes_follow_the_sweeps(tiny_model, tiny_tokens):
     metric = _answer_metric(torch.tensor([[A, B], [B, A]]))
     result = patching.attribution_patch(tiny_model, tiny_tokens, tiny_tokens.flip(1), metric)
     n_layers, n_heads, n_pos = 2, 4, tiny_tokens.shape[1]
-    expected = {"layer": n_layers, "pos": n_pos, "head": n_heads, "head_index": n_heads, "dest_pos": n_pos, "src_pos": n_pos}
+    expected = {
+        "layer": n_layers,
+        "pos": n_pos,
+        "head": n_heads,
+        "head_index": n_heads,
+        "dest_pos": n_pos,
+        "src_pos": n_pos,
+    }
     for sweep, (_, _, axes, _) in patching._ATTRIBUTION_SWEEPS.items():
         assert tuple(result[sweep].shape) == tuple(expected[a] for a in axes), sweep
     assert result.clean_metric != result.corrupted_metric
@@ -349,7 +402,9 @@ def test_a_metric_that_raises_leaves_no_hook_attached(tiny_model, tiny_tokens):
         raise IndexError("setter failed")
 
     with pytest.raises(IndexError, match="setter failed"):
-        patching.generic_activation_patch(tiny_model, tiny_tokens, cache, tl_style_metric, bad_setter, "z", ("layer", "head"), progress=False)
+        patching.generic_activation_patch(
+            tiny_model, tiny_tokens, cache, tl_style_metric, bad_setter, "z", ("layer", "head"), progress=False
+        )
     _assert_no_hooks(tiny_model)
 
 
@@ -360,14 +415,18 @@ def test_user_hooks_stay_and_apply_once(tiny_model, tiny_tokens):
     shift = torch.randn(tiny_model.cfg.d_model, generator=torch.Generator().manual_seed(0))
     handles = tiny_model.add_hook("blocks.1.hook_resid_pre", lambda x, hook: x + shift)
     try:
-        hooked = patching.get_act_patch_resid_mid(tiny_model, tiny_tokens.flip(1), cache, tl_style_metric, progress=False)
+        hooked = patching.get_act_patch_resid_mid(
+            tiny_model, tiny_tokens.flip(1), cache, tl_style_metric, progress=False
+        )
         assert tiny_model.hook_dict["blocks.1.hook_resid_pre"].fwd_hooks  # still there
     finally:
         tiny_model.remove_handles(handles)
     with torch.no_grad():
         tiny_model.blocks[0].mlp.b_out += shift  # the same shift, entering layer 1 through resid_post 0
     try:
-        folded = patching.get_act_patch_resid_mid(tiny_model, tiny_tokens.flip(1), cache, tl_style_metric, progress=False)
+        folded = patching.get_act_patch_resid_mid(
+            tiny_model, tiny_tokens.flip(1), cache, tl_style_metric, progress=False
+        )
     finally:
         with torch.no_grad():
             tiny_model.blocks[0].mlp.b_out -= shift
@@ -378,7 +437,9 @@ def test_user_hooks_stay_and_apply_once(tiny_model, tiny_tokens):
 def test_bad_input_errors_name_argument_value_and_expectation(tiny_model, tiny_tokens):
     corrupted = tiny_tokens[:, :6]
     _, cache = tiny_model.run_with_cache(tiny_tokens)  # 7 positions
-    with pytest.raises(ValueError, match=r"clean_cache\['blocks\.0\.hook_resid_pre'\] has shape \(2, 7, 64\).*\(2, 6, 64\).*same shape"):
+    with pytest.raises(
+        ValueError, match=r"clean_cache\['blocks\.0\.hook_resid_pre'\] has shape \(2, 7, 64\).*\(2, 6, 64\).*same shape"
+    ):
         patching.get_act_patch_resid_pre(tiny_model, corrupted, cache, tl_style_metric, progress=False)
     with pytest.raises(ValueError, match=r"clean_input has shape \(2, 7\) and corrupted_input \(2, 6\)"):
         patching.attribution_patch(tiny_model, tiny_tokens, corrupted, tl_style_metric)
@@ -396,11 +457,23 @@ def test_bad_input_errors_name_argument_value_and_expectation(tiny_model, tiny_t
         ([(-1, 0)], r"layer=-1 is out of range"),
     ]:
         with pytest.raises(ValueError, match=message):
-            patching.get_act_patch_resid_pre(tiny_model, corrupted, cache, tl_style_metric,
-                                             index_df=pd.DataFrame(rows, columns=["layer", "pos"]), progress=False)
+            patching.get_act_patch_resid_pre(
+                tiny_model,
+                corrupted,
+                cache,
+                tl_style_metric,
+                index_df=pd.DataFrame(rows, columns=["layer", "pos"]),
+                progress=False,
+            )
     with pytest.raises(ValueError, match=r"index_df row 1: head=4 is out of range, heads are 0\.\.3"):
-        patching.get_act_patch_attn_head_out_all_pos(tiny_model, corrupted, cache, tl_style_metric,
-                                                     index_df=pd.DataFrame([(0, 3), (1, 4)], columns=["layer", "head"]), progress=False)
+        patching.get_act_patch_attn_head_out_all_pos(
+            tiny_model,
+            corrupted,
+            cache,
+            tl_style_metric,
+            index_df=pd.DataFrame([(0, 3), (1, 4)], columns=["layer", "head"]),
+            progress=False,
+        )
 
     _, partial_cache = tiny_model.run_with_cache(corrupted, names_filter=lambda n: n.endswith("hook_resid_pre"))
     with pytest.raises(KeyError, match=r"clean_cache has no 'blocks\.0\.hook_attn_out'"):
@@ -408,14 +481,37 @@ def test_bad_input_errors_name_argument_value_and_expectation(tiny_model, tiny_t
     with pytest.raises(ValueError, match=r"batch_size=0"):
         patching.get_act_patch_attn_out(tiny_model, corrupted, cache, tl_style_metric, batch_size=0)
     with pytest.raises(ValueError, match="not both"):
-        patching.generic_activation_patch(tiny_model, corrupted, cache, tl_style_metric, patching.layer_pos_patch_setter,
-                                          "resid_pre", ("layer", "pos"), index_df=pd.DataFrame([(0, 0)], columns=["layer", "pos"]))
+        patching.generic_activation_patch(
+            tiny_model,
+            corrupted,
+            cache,
+            tl_style_metric,
+            patching.layer_pos_patch_setter,
+            "resid_pre",
+            ("layer", "pos"),
+            index_df=pd.DataFrame([(0, 0)], columns=["layer", "pos"]),
+        )
     with pytest.raises(ValueError, match=r"unknown axis 'position'"):
-        patching.generic_activation_patch(tiny_model, corrupted, cache, tl_style_metric, patching.layer_pos_patch_setter,
-                                          "resid_pre", ("layer", "position"))
+        patching.generic_activation_patch(
+            tiny_model,
+            corrupted,
+            cache,
+            tl_style_metric,
+            patching.layer_pos_patch_setter,
+            "resid_pre",
+            ("layer", "position"),
+        )
     with pytest.raises(KeyError, match="hook_resid_prw"):
-        patching.generic_activation_patch(tiny_model, corrupted, cache, tl_style_metric, patching.layer_pos_patch_setter,
-                                          "resid_prw", ("layer", "pos"), progress=False)
+        patching.generic_activation_patch(
+            tiny_model,
+            corrupted,
+            cache,
+            tl_style_metric,
+            patching.layer_pos_patch_setter,
+            "resid_prw",
+            ("layer", "pos"),
+            progress=False,
+        )
     with pytest.raises(ValueError, match=r"corrupted_tokens: token id \d+ .*out of range"):
         patching.get_act_patch_resid_pre(tiny_model, corrupted + 50, cache, tl_style_metric, progress=False)
     _assert_no_hooks(tiny_model)

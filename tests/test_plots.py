@@ -135,7 +135,9 @@ def test_attention_viewer_holds_every_head_and_its_menus(cached: tuple[torch.Ten
     assert [b.label for b in head_menu.buttons] == [f"head {h}" for h in range(n_heads)]
     # "layer 0" shows layer 0's traces; "head 2" makes head 2 of every layer the opaque one
     assert layer_menu.buttons[0].args[0]["visible"] == [i < n_heads for i in range(n_layers * n_heads)]
-    assert head_menu.buttons[2].args[0]["opacity"] == [1.0 if i % n_heads == 2 else 0.0 for i in range(n_layers * n_heads)]
+    assert head_menu.buttons[2].args[0]["opacity"] == [
+        1.0 if i % n_heads == 2 else 0.0 for i in range(n_layers * n_heads)
+    ]
     assert_token_axis(axes(fig)["xaxis"], STR_TOKENS)
     assert_token_axis(axes(fig)["yaxis"], STR_TOKENS)
     assert_every_axis_titled(fig)
@@ -176,7 +178,9 @@ def test_attention_bad_input(cached: tuple[torch.Tensor, Any]) -> None:
         plots.attention_viewer(torch.rand(7, 7), STR_TOKENS)
     with pytest.raises(ValueError, match=r"as many keys as queries, got shape \(4, 7, 6\)"):
         plots.attention_heatmap(torch.rand(4, 7, 6), STR_TOKENS, head=0)
-    with pytest.raises(ValueError, match=r"str_tokens has 6 tokens, but the pattern \(shape \(7, 7\)\) has 7 positions"):
+    with pytest.raises(
+        ValueError, match=r"str_tokens has 6 tokens, but the pattern \(shape \(7, 7\)\) has 7 positions"
+    ):
         plots.attention_heatmap(cache, STR_TOKENS[:6], layer=0, head=0)
     with pytest.raises(ValueError, match=r"str_tokens has 8 tokens, but the patterns .* has 7 positions"):
         plots.attention_viewer(cache, STR_TOKENS + ["x"])

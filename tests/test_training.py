@@ -37,8 +37,11 @@ def shipped():
 def _run(script, steps: int, out: str = "") -> dict:
     before = torch.get_num_threads()
     try:
-        return script.train(script.parser().parse_args(["--max-steps", str(steps), "--out", out, "--log-every", "0",
-                                                         "--eval-batches", "1"]))
+        return script.train(
+            script.parser().parse_args(
+                ["--max-steps", str(steps), "--out", out, "--log-every", "0", "--eval-batches", "1"]
+            )
+        )
     finally:
         torch.set_num_threads(before)
 
@@ -73,10 +76,19 @@ def test_the_shipped_config_is_what_the_script_trains(script, shipped):
     stages = script.parse_stages(args.stages)
     cfg = record["config"]
     assert (cfg["n_layers"], cfg["d_model"], cfg["n_heads"], cfg["n_ctx"], cfg["d_vocab"]) == (
-        args.layers, args.d_model, args.heads, stages[-1][0], args.vocab)
+        args.layers,
+        args.d_model,
+        args.heads,
+        stages[-1][0],
+        args.vocab,
+    )
     assert record["stages"] == args.stages and record["steps"] == sum(steps for _, steps in stages)
     assert (record["batch"], record["lr"], record["random_frac"], record["passage_frac"]) == (
-        args.batch, args.lr, args.random_frac, args.passage_frac)
+        args.batch,
+        args.lr,
+        args.random_frac,
+        args.passage_frac,
+    )
 
 
 def test_a_quick_run_stops_at_max_steps_and_saves_a_loadable_model(script, tmp_path):

@@ -40,10 +40,18 @@ pytestmark = pytest.mark.skipif(
 # This machine's Chromium flags, plus: no proxy that works and no DNS, so that a request
 # the page should not make fails here instead of leaving the machine.
 FLAGS = [
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
-    "--proxy-server=127.0.0.1:9", "--host-resolver-rules=MAP * ~NOTFOUND",
-    "--hide-scrollbars", "--remote-debugging-pipe",
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--proxy-server=127.0.0.1:9",
+    "--host-resolver-rules=MAP * ~NOTFOUND",
+    "--hide-scrollbars",
+    "--remote-debugging-pipe",
 ]
 
 # Tokens that must show as text: markup, a script, an image with an onerror handler, TeX.
@@ -70,10 +78,20 @@ class DevTools:
         # Chromium reads commands on fd 3 and writes replies on fd 4; bash puts our pipe ends
         # there (dash's redirections take one-digit fds only).
         self.proc = subprocess.Popen(
-            ["bash", "-c", f'exec "$0" "$@" 3<&{to_chrome_r} 4>&{from_chrome_w}', CHROMIUM,
-             *FLAGS, f"--user-data-dir={self.profile}", f"--window-size={width},{height}", "about:blank"],
-            pass_fds=(to_chrome_r, from_chrome_w), stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            [
+                "bash",
+                "-c",
+                f'exec "$0" "$@" 3<&{to_chrome_r} 4>&{from_chrome_w}',
+                CHROMIUM,
+                *FLAGS,
+                f"--user-data-dir={self.profile}",
+                f"--window-size={width},{height}",
+                "about:blank",
+            ],
+            pass_fds=(to_chrome_r, from_chrome_w),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
         )
         os.close(to_chrome_r)
         os.close(from_chrome_w)
@@ -88,19 +106,28 @@ class DevTools:
 
     def _open_page(self, width: int, height: int) -> None:
         target = self.call("Target.createTarget", {"url": "about:blank"})
-        self.session = self.call("Target.attachToTarget", {"targetId": target["targetId"], "flatten": True})["sessionId"]
-        self.page("Emulation.setDeviceMetricsOverride", {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": False})
+        self.session = self.call("Target.attachToTarget", {"targetId": target["targetId"], "flatten": True})[
+            "sessionId"
+        ]
+        self.page(
+            "Emulation.setDeviceMetricsOverride",
+            {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": False},
+        )
         for domain in ("Page", "Runtime", "Network", "Log", "Audits"):
             self.page(f"{domain}.enable")
         # The saved page forbids requests with a Content-Security-Policy, and a request the
         # policy blocks is never sent, so it would not show below. Bypass the policy: we see
         # every request the page itself tries to make.
         self.page("Page.setBypassCSP", {"enabled": True})
-        self.page("Network.emulateNetworkConditions",
-                  {"offline": True, "latency": 0, "downloadThroughput": -1, "uploadThroughput": -1})
+        self.page(
+            "Network.emulateNetworkConditions",
+            {"offline": True, "latency": 0, "downloadThroughput": -1, "uploadThroughput": -1},
+        )
 
     # ----- the protocol ------------------------------------------------------
-    def call(self, method: str, params: dict[str, Any] | None = None, session: str | None = None, timeout: float = 30) -> Any:
+    def call(
+        self, method: str, params: dict[str, Any] | None = None, session: str | None = None, timeout: float = 30
+    ) -> Any:
         self._last_id += 1
         message: dict[str, Any] = {"id": self._last_id, "method": method, "params": params or {}}
         if session:
@@ -174,8 +201,10 @@ class DevTools:
         """A PNG of the page, or of the element `selector` picks."""
         params: dict[str, Any] = {"format": "png"}
         if selector:
-            box = self.js(f"(() => {{ const r = document.querySelector({json.dumps(selector)}).getBoundingClientRect();"
-                          " return {x: r.x, y: r.y, width: r.width, height: r.height, scale: 1}; })()")
+            box = self.js(
+                f"(() => {{ const r = document.querySelector({json.dumps(selector)}).getBoundingClientRect();"
+                " return {x: r.x, y: r.y, width: r.width, height: r.height, scale: 1}; })()"
+            )
             params["clip"] = box
         return base64.b64decode(self.page("Page.captureScreenshot", params)["data"])
 
@@ -270,19 +299,25 @@ SHOWN = f"{PLOT}.data.filter(t => t.visible === true && t.opacity === 1).map(t =
 
 
 def menu_header(index: int) -> str:
-    return (f"(() => {{ const r = document.querySelectorAll('.updatemenu-header-group')[{index}]"
-            ".getBoundingClientRect(); return [r.x + r.width / 2, r.y + r.height / 2]; })()")
+    return (
+        f"(() => {{ const r = document.querySelectorAll('.updatemenu-header-group')[{index}]"
+        ".getBoundingClientRect(); return [r.x + r.width / 2, r.y + r.height / 2]; })()"
+    )
 
 
 def menu_item(label: str) -> str:
-    return ("(() => { const b = [...document.querySelectorAll('.updatemenu-dropdown-button-group .updatemenu-dropdown-button')]"
-            f".find(e => e.textContent === {json.dumps(label)}); if (!b) return null;"
-            " const r = b.getBoundingClientRect(); return [r.x + r.width / 2, r.y + r.height / 2]; })()")
+    return (
+        "(() => { const b = [...document.querySelectorAll('.updatemenu-dropdown-button-group .updatemenu-dropdown-button')]"
+        f".find(e => e.textContent === {json.dumps(label)}); if (!b) return null;"
+        " const r = b.getBoundingClientRect(); return [r.x + r.width / 2, r.y + r.height / 2]; })()"
+    )
 
 
 def cell_centre(q: int, k: int) -> str:
-    return (f"(() => {{ const gd = {PLOT}, L = gd._fullLayout, r = gd.getBoundingClientRect();"
-            f" return [r.x + L.xaxis._offset + L.xaxis.l2p({k}), r.y + L.yaxis._offset + L.yaxis.l2p({q})]; }})()")
+    return (
+        f"(() => {{ const gd = {PLOT}, L = gd._fullLayout, r = gd.getBoundingClientRect();"
+        f" return [r.x + L.xaxis._offset + L.xaxis.l2p({k}), r.y + L.yaxis._offset + L.yaxis.l2p({q})]; }})()"
+    )
 
 
 @pytest.fixture
@@ -321,7 +356,14 @@ def test_viewer_page_in_headless_chromium(browser: DevTools, tiny_model, tiny_to
     assert browser.js(SHOWN) == ["L0H0"]
     # No button that would talk to a server (plotly's "share chart" one).
     assert browser.js("[...document.querySelectorAll('.modebar-btn')].map(e => e.getAttribute('data-title'))") == [
-        "Download plot as a PNG", "Zoom", "Pan", "Zoom in", "Zoom out", "Autoscale", "Reset axes"]
+        "Download plot as a PNG",
+        "Zoom",
+        "Pan",
+        "Zoom in",
+        "Zoom out",
+        "Autoscale",
+        "Reset axes",
+    ]
     first = browser.screenshot(".js-plotly-plot")
     if os.environ.get("INTERP_GPT_SCREENSHOTS"):  # to look at the pages yourself
         Path(os.environ["INTERP_GPT_SCREENSHOTS"], "viewer_first.png").write_bytes(first)
@@ -366,4 +408,3 @@ def test_viewer_page_in_headless_chromium(browser: DevTools, tiny_model, tiny_to
     assert browser.problems() == []
     others = [u for u in browser.requests() if u != url and not u.startswith(("data:", "blob:"))]
     assert others == [], f"the page made network requests: {others}"
-
