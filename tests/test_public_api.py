@@ -1,0 +1,48 @@
+"""Every public name interp_gpt offered still imports from the same place with the same parameters.
+
+`tests/data/public_api.json` lists them (written by `python tests/api_snapshot.py`). Moving code
+between modules must keep every recorded name importable where it was; a name may be added,
+never dropped or re-signed without re-recording the file on purpose.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from api_snapshot import snapshot  # noqa: E402
+
+RECORDED = json.loads((Path(__file__).resolve().parent / "data" / "public_api.json").read_text())
+NOW = snapshot()
+
+
+def _names(entry: dict) -> list[str]:
+    return sorted(entry)
+
+
+@pytest.mark.parametrize("module", sorted(RECORDED))
+def test_every_recorded_name_still_exports_with_the_same_signature(module: str) -> None:
+    now = NOW.get(module, {})
+    missing = [n for n in RECORDED[module] if n not in now]
+    assert not missing, f"{module} no longer exports {missing}"
+    for name, recorded in RECORDED[module].items():
+        current = now[name]
+        assert recorded.keys() == current.keys(), f"{module}.{name} changed kind: {recorded.keys()} -> {current.keys()}"
+        if "class" in recorded:
+            gone = [m for m in recorded["class"] if m not in current["class"]]
+            assert not gone, f"{module}.{name} lost {gone}"
+            for member, sig in recorded["class"].items():
+                assert current["class"][member] == sig, f"{module}.{name}.{member}: {sig} -> {current['class'][member]}"
+        else:
+            assert current == recorded, f"{module}.{name}: {recorded} -> {current}"
+
+
+def test_the_snapshot_sees_a_dropped_name(monkeypatch: pytest.MonkeyPatch) -> None:
+    import interp_gpt.patching
+
+    monkeypatch.delattr(interp_gpt.patching, "attribution_patch")
+    assert "attribution_patch" not in snapshot()["interp_gpt.patching"]
