@@ -315,7 +315,7 @@ def to_transformers(source: Any) -> Any:
 
     ours = from_pretrained_no_processing(source, tokenizer=None)
     cfg = ours.cfg
-    hf_cfg = transformers.GPT2Config(
+    hf_cfg = transformers.GPT2Config(  # type: ignore[call-arg]  # n_ctx: older releases read it
         n_layer=cfg.n_layers,
         n_embd=cfg.d_model,
         n_head=cfg.n_heads,

@@ -23,51 +23,21 @@ import torch.nn.functional as F
 from jaxtyping import Float, Int
 from torch import Tensor, nn
 
+from .activations import ACTIVATIONS, IN_PLACE, add_bias, gelu_fast, gelu_new  # noqa: F401 (re-exported)
+from .checks import check_layer, check_resid
 from .config import Config
-from .hooks import HookedModule, HookPoint
+from .generation import GenerationMixin, KVCache
+from .hooks import HookedGPT, HookPoint
+from .pretrained import PretrainedMixin
+from .stacked import StackedWeightsMixin
+from .text import TextMixin
+from .utils import lm_cross_entropy_loss
 
 if TYPE_CHECKING:
     from .tokenizer import Tokenizer
 
 # Residual-stream inputs carry a head axis when the opt-in per-head input hooks are on.
 Resid = Union[Float[Tensor, "batch posn d_model"], Float[Tensor, "batch posn n_heads d_model"]]
-
-
-def gelu_new(x: Tensor) -> Tensor:
-    """GPT-2's GELU, the tanh approximation from the original OpenAI code:
-    0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
-
-    PyTorch's `gelu(approximate="tanh")` computes exactly this formula in one fused
-    kernel (several times faster than writing it out; equal up to float rounding).
-    """
-    return F.gelu(x, approximate="tanh")
-
-
-def gelu_fast(x: Tensor) -> Tensor:
-    return 0.5 * x * (1.0 + torch.tanh(x * 0.7978845608 * (1.0 + 0.044715 * x * x)))
-
-
-ACTIVATIONS = {"gelu_new": gelu_new, "gelu_fast": gelu_fast, "gelu": F.gelu, "relu": F.relu}
-# The same functions overwriting their input, for when nothing else holds it (see MLP.forward).
-IN_PLACE = {
-    gelu_new: lambda x: torch.ops.aten.gelu_(x, approximate="tanh"),
-    F.gelu: torch.ops.aten.gelu_,
-    F.relu: torch.relu_,
-}
-
-
-def add_bias(x: Tensor, b: Tensor) -> Tensor:
-    """x + b for a fresh matmul output x that nothing else holds.
-
-    With no autograd graph being recorded (inference_mode, no_grad) the bias is added in
-    place: no new tensor, one pass over memory fewer. With MLP's in-place activation this took
-    2-7% off a GPT-2 forward on a 2-core Intel Xeon VM and changed nothing measurable on a
-    2-core AMD EPYC one (`python bench/in_place.py`). Bit-identical.
-    Under autocast (x in a lower precision than b) the sum is promoted, as x + b would be.
-    """
-    if torch.is_grad_enabled() or x.dtype != b.dtype:
-        return x + b
-    return x.add_(b)
 
 
 class Embed(nn.Module):
@@ -128,31 +98,6 @@ class LayerNorm(nn.Module):
         scale = self.hook_scale((x.pow(2).mean(-1, keepdim=True) + self.eps).sqrt())
         x = self.hook_normalized(x / scale)
         return x * self.w + self.b if self.has_params else x
-
-
-class KVCache:
-    """Keys and values of the positions seen so far, one entry per layer, for generation.
-
-    Each forward call with `past_kv_cache=cache` attends to the cached positions and then
-    appends its own keys, values and attention mask, so the next call only feeds new tokens.
-    """
-
-    def __init__(self, n_layers: int):
-        self.keys: list[Tensor | None] = [None] * n_layers  # [batch, past, n_heads, d_head]
-        self.values: list[Tensor | None] = [None] * n_layers
-        self.attention_mask: Tensor | None = None  # [batch, past]
-
-    @property
-    def length(self) -> int:
-        return 0 if self.attention_mask is None else self.attention_mask.shape[1]
-
-    def extend(self, layer: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
-        """Append this call's keys and values to layer `layer`'s and return the full ones."""
-        if self.keys[layer] is not None:
-            k = torch.cat([self.keys[layer], k], dim=1)
-            v = torch.cat([self.values[layer], v], dim=1)
-        self.keys[layer], self.values[layer] = k, v
-        return k, v
 
 
 class Attention(nn.Module):
@@ -378,31 +323,16 @@ class Unembed(nn.Module):
         return self.hook_out(logits)
 
 
-# Opt-in hook points exist only while their Config flag is on (as in transformer-lens);
-# asking for one while it is off gives an error that names the flag.
-_OPT_IN_HOOKS = {
-    "attn.hook_result": "use_attn_result",
-    "hook_attn_in": "use_attn_in",
-    "hook_q_input": "use_split_qkv_input",
-    "hook_k_input": "use_split_qkv_input",
-    "hook_v_input": "use_split_qkv_input",
-    "hook_mlp_in": "use_hook_mlp_in",
-    "hook_tokens": "use_hook_tokens",
-}
-
-
-def _opt_in_flag(hook_name: str) -> str | None:
-    for suffix, flag in _OPT_IN_HOOKS.items():
-        if hook_name == suffix or hook_name.endswith("." + suffix):
-            return flag
-    return None
-
-
 ReturnType = Literal["logits", "loss", "both", None]
 
 
-class GPT(HookedModule):
+class GPT(GenerationMixin, TextMixin, StackedWeightsMixin, PretrainedMixin, HookedGPT):
     """A GPT-2 with a hook point on every activation.
+
+    This file holds the network; the rest of GPT's methods, with transformer-lens' names, come
+    from modules of their own: tokenizer conveniences (text.py), `generate` (generation.py),
+    stacked weights `W_Q` ... (stacked.py), `from_pretrained` (pretrained.py), opt-in hook
+    points and `run_with_cache` (hooks.py).
 
     Example:
         >>> model = GPT.from_pretrained("gpt2")              # or a local folder / file
@@ -439,109 +369,6 @@ class GPT(HookedModule):
                 else:
                     p.zero_()
 
-    # ----- hooks -----------------------------------------------------------
-    def setup_hooks(self) -> None:
-        super().setup_hooks()
-        all_points = self._all_hook_points
-        for name in list(self.hook_dict):
-            flag = _opt_in_flag(name)
-            if flag and not getattr(self.cfg, flag):
-                del self.hook_dict[name]
-        self._all_hook_points = all_points
-        self._hook_names = list(self.hook_dict)
-
-    def _unknown_hook_error(self, name: str) -> KeyError:
-        flag = _opt_in_flag(name)
-        if flag and not getattr(self.cfg, flag):
-            return KeyError(
-                f"hook point {name!r} is opt-in and off: set cfg.{flag}=True (model.set_{flag}(True)) to create it"
-            )
-        return super()._unknown_hook_error(name)
-
-    def _set_flag(self, flag: str, value: bool) -> None:
-        setattr(self.cfg, flag, bool(value))
-        self.setup_hooks()
-
-    def set_use_attn_result(self, value: bool) -> None:
-        """Compute and expose each head's output, `blocks.L.attn.hook_result` [batch, posn, head, d_model]."""
-        self._set_flag("use_attn_result", value)
-
-    def set_use_split_qkv_input(self, value: bool) -> None:
-        """Give each head its own copy of its Q/K/V input (`hook_q_input` etc.)."""
-        self._set_flag("use_split_qkv_input", value)
-
-    def set_use_attn_in(self, value: bool) -> None:
-        """Expose the attention input per head as `blocks.L.hook_attn_in`."""
-        self._set_flag("use_attn_in", value)
-
-    def set_use_hook_mlp_in(self, value: bool) -> None:
-        """Expose the MLP's input as `blocks.L.hook_mlp_in`."""
-        self._set_flag("use_hook_mlp_in", value)
-
-    def run_with_cache(self, *model_args: Any, names_filter: Any = None, **kwargs: Any) -> tuple[Any, Any]:
-        """Run the model and cache activations (see `HookedModule.run_with_cache`).
-
-        With `return_type=None` nothing downstream of the cached hooks is needed, so the
-        forward pass stops after the last layer the filter selects: caching layer 3 of
-        12 runs 4 blocks. The output is then None.
-
-        Example:
-            >>> _, cache = model.run_with_cache(tokens, names_filter="blocks.3.attn.hook_pattern", return_type=None)
-        """
-        stop = None
-        if (
-            kwargs.get("return_type", "logits") is None
-            and kwargs.get("stop_at_layer") is None
-            and not kwargs.get("incl_bwd")
-        ):
-            names = [hp.name for hp in self.hook_points(names_filter, arg="names_filter")]
-            layers = [int(n.split(".")[1]) if n.startswith("blocks.") else self.cfg.n_layers for n in names]
-            if names and max(layers) < self.cfg.n_layers - 1 and kwargs.get("start_at_layer") is None:
-                stop = max(layers) + 1
-        if stop is None:
-            return super().run_with_cache(*model_args, names_filter=names_filter, **kwargs)
-        _, cache = super().run_with_cache(*model_args, names_filter=names_filter, stop_at_layer=stop, **kwargs)
-        return None, cache
-
-    # ----- input checking --------------------------------------------------
-    def _check_tokens(self, tokens: Any, past_len: int = 0, arg: str = "input") -> Int[Tensor, "batch posn"]:
-        if not isinstance(tokens, Tensor):
-            raise TypeError(
-                f"{arg}: expected a string, a list of strings or a tensor of token ids, got {type(tokens).__name__}"
-            )
-        if tokens.is_floating_point() or tokens.is_complex() or tokens.dtype == torch.bool:
-            raise TypeError(
-                f"{arg}: token ids must be an integer tensor, got dtype {tokens.dtype}; "
-                "to run from a residual stream, pass start_at_layer"
-            )
-        if tokens.ndim == 1:
-            tokens = tokens[None]
-        if tokens.ndim != 2:
-            raise ValueError(f"{arg}: tokens must have shape [batch, posn] or [posn], got shape {tuple(tokens.shape)}")
-        if tokens.shape[1] == 0:
-            raise ValueError(f"{arg}: got an empty sequence (shape {tuple(tokens.shape)})")
-        if tokens.shape[1] + past_len > self.cfg.n_ctx:
-            raise ValueError(
-                f"{arg}: {tokens.shape[1] + past_len} tokens is longer than the context of {self.cfg.n_ctx} (cfg.n_ctx)"
-            )
-        bad = (tokens < 0) | (tokens >= self.cfg.d_vocab)
-        if bad.any():
-            where = tuple(bad.nonzero()[0].tolist())
-            raise ValueError(
-                f"{arg}: token id {tokens[where].item()} at [batch, posn] = {list(where)} is out of range "
-                f"for a vocabulary of {self.cfg.d_vocab} (ids 0..{self.cfg.d_vocab - 1})"
-            )
-        return tokens.to(self.W_E.device)
-
-    def _check_layer(self, value: int | None, arg: str, allow_end: bool) -> int | None:
-        if value is None:
-            return None
-        n = self.cfg.n_layers
-        hi = n if allow_end else n - 1
-        if not isinstance(value, int) or isinstance(value, bool) or not -n <= value <= hi:
-            raise ValueError(f"{arg}={value!r} is out of range: layers are 0..{n - 1} (negative counts from the end)")
-        return value % n if value < 0 else value
-
     # ----- forward ---------------------------------------------------------
     def forward(
         self,
@@ -570,52 +397,25 @@ class GPT(HookedModule):
         """
         if return_type not in ("logits", "loss", "both", None):
             raise ValueError(f"return_type={return_type!r}, expected 'logits', 'loss', 'both' or None")
-        start = self._check_layer(start_at_layer, "start_at_layer", allow_end=True) or 0
-        stop = self._check_layer(stop_at_layer, "stop_at_layer", allow_end=True)
+        n = self.cfg.n_layers
+        start = 0 if start_at_layer is None else check_layer(start_at_layer, n, "start_at_layer", allow_end=True)
+        stop = None if stop_at_layer is None else check_layer(stop_at_layer, n, "stop_at_layer", allow_end=True)
         past = 0 if past_kv_cache is None else past_kv_cache.length
         if past_kv_cache is not None and (start_at_layer is not None or stop is not None):
             raise ValueError("past_kv_cache cannot be combined with start_at_layer / stop_at_layer")
         if start_at_layer is None:
-            if isinstance(input, (str, list)):
-                tokens, mask = self.to_tokens(
-                    input, prepend_bos=prepend_bos, padding_side=padding_side, return_mask=True
-                )
-                if attention_mask is None and not bool(mask.all()):
-                    attention_mask = mask
-            else:
-                tokens = self._check_tokens(input, past_len=past)
-            if attention_mask is not None:
-                attention_mask = self._check_mask(attention_mask, tokens)
-            if past_kv_cache is not None:
-                # The mask covers every position the cache has seen plus the new ones.
-                new = attention_mask if attention_mask is not None else torch.ones_like(tokens)
-                if past_kv_cache.attention_mask is not None:
-                    new = torch.cat([past_kv_cache.attention_mask, new], dim=1)
-                if new.shape[0] != tokens.shape[0]:
-                    raise ValueError(f"past_kv_cache: holds a batch of {new.shape[0]}, input has {tokens.shape[0]}")
-                past_kv_cache.attention_mask = new
-                attention_mask = None if bool(new.all()) else new
+            tokens, attention_mask = self._tokens_and_mask(input, prepend_bos, padding_side, attention_mask, past)
+            if past_kv_cache is not None:  # the mask then covers the cached positions too
+                attention_mask = past_kv_cache.extend_mask(attention_mask, tokens)
             if self.cfg.use_hook_tokens:
                 tokens = self.hook_tokens(tokens)
             embed = self.hook_embed(self.embed(tokens))
             pos_embed = self.hook_pos_embed(self.pos_embed(tokens, past, attention_mask))
             resid = embed + pos_embed
         else:
-            if (
-                not isinstance(input, Tensor)
-                or not input.is_floating_point()
-                or input.ndim != 3
-                or input.shape[-1] != self.cfg.d_model
-            ):
-                got = tuple(input.shape) if isinstance(input, Tensor) else type(input).__name__
-                raise ValueError(
-                    f"input: with start_at_layer the input is a residual stream [batch, posn, d_model={self.cfg.d_model}], got {got}"
-                )
-            resid = input
-            if tokens is not None:
-                tokens = self._check_tokens(tokens, arg="tokens")
-            if attention_mask is not None:
-                attention_mask = self._check_mask(attention_mask, resid[..., 0])
+            resid = check_resid(input, self.cfg.d_model, "input (with start_at_layer)")
+            tokens = None if tokens is None else self._check_tokens(tokens, arg="tokens")
+            attention_mask = None if attention_mask is None else self._check_mask(attention_mask, resid[..., 0])
 
         for block in self.blocks[start:stop]:
             resid = block(resid, attention_mask, past_kv_cache)
@@ -633,254 +433,3 @@ class GPT(HookedModule):
             raise ValueError("return_type='loss' is not available with past_kv_cache (the targets span the cache)")
         loss = lm_cross_entropy_loss(logits, tokens, attention_mask, per_token=loss_per_token)
         return loss if return_type == "loss" else (logits, loss)
-
-    @torch.no_grad()
-    def generate(
-        self,
-        input: str | list[str] | Int[Tensor, "batch posn"],
-        max_new_tokens: int = 10,
-        temperature: float = 1.0,
-        top_k: int | None = None,
-        top_p: float | None = None,
-        do_sample: bool = True,
-        stop_at_eos: bool = True,
-        eos_token_id: int | None = None,
-        use_past_kv_cache: bool = True,
-        seed: int | None = None,
-        prepend_bos: bool | None = None,
-        return_type: Literal["input", "str", "tokens"] = "input",
-        verbose: bool = False,
-    ) -> Any:
-        """Continue a prompt token by token; hooks fire at every step.
-
-        `do_sample=False` is greedy decoding; otherwise tokens are sampled from the logits
-        divided by `temperature`, restricted to the `top_k` most likely and/or the smallest
-        set whose probability reaches `top_p`. `seed` makes sampling reproducible. With
-        `use_past_kv_cache` each step feeds only the new token (same tokens, less work).
-        A batch of prompts is left-padded so that every prompt ends at the last position.
-        `return_type="input"` returns the kind of thing given (str, list of str, tokens).
-
-        Example:
-            >>> model.generate("The cat sat on the", max_new_tokens=5, do_sample=False)
-            'The cat sat on the mat, and the cat'
-        """
-        if not isinstance(max_new_tokens, int) or isinstance(max_new_tokens, bool) or max_new_tokens < 0:
-            raise ValueError(f"max_new_tokens must be an int >= 0, got {max_new_tokens!r}")
-        if do_sample and not temperature > 0:
-            raise ValueError(f"temperature must be > 0 when sampling, got {temperature!r}")
-        if top_k is not None and (not isinstance(top_k, int) or top_k < 1):
-            raise ValueError(f"top_k must be a positive int or None, got {top_k!r}")
-        if top_p is not None and not 0 < top_p <= 1:
-            raise ValueError(f"top_p must be in (0, 1], got {top_p!r}")
-        if return_type not in ("input", "str", "tokens"):
-            raise ValueError(f"return_type={return_type!r}, expected 'input', 'str' or 'tokens'")
-        if isinstance(input, (str, list)):
-            texts = [input] if isinstance(input, str) else input
-            if any(isinstance(t, str) and t == "" for t in texts) and not (
-                self.cfg.default_prepend_bos if prepend_bos is None else prepend_bos
-            ):
-                raise ValueError("input: an empty prompt has nothing to continue (and prepend_bos is off)")
-            tokens, mask = self.to_tokens(input, prepend_bos=prepend_bos, padding_side="left", return_mask=True)
-        else:
-            tokens = self._check_tokens(input)
-            mask = torch.ones_like(tokens)
-        if tokens.shape[1] + max_new_tokens > self.cfg.n_ctx:
-            raise ValueError(
-                f"input: a prompt of {tokens.shape[1]} tokens plus max_new_tokens={max_new_tokens} is longer "
-                f"than the context of {self.cfg.n_ctx} (cfg.n_ctx)"
-            )
-        if eos_token_id is None and self.tokenizer is not None:
-            eos_token_id = self.tokenizer.eos_token_id
-        if stop_at_eos and eos_token_id is None:
-            raise ValueError("stop_at_eos needs an eos_token_id (this model has no tokenizer to take it from)")
-        gen = torch.Generator(device=tokens.device)
-        gen.manual_seed(seed if seed is not None else int(torch.randint(0, 2**62, ()).item()))
-
-        cache = KVCache(self.cfg.n_layers) if use_past_kv_cache else None
-        finished = torch.zeros(tokens.shape[0], dtype=torch.bool, device=tokens.device)
-        out, step_input, step_mask = tokens, tokens, mask
-        for _ in range(max_new_tokens):
-            if cache is not None:
-                logits = self(step_input, attention_mask=step_mask, past_kv_cache=cache)
-            else:
-                logits = self(out, attention_mask=None if bool(mask.all()) else mask)
-            next_tok = self._sample(logits[:, -1].float(), do_sample, temperature, top_k, top_p, gen)
-            if stop_at_eos:
-                next_tok = torch.where(finished, eos_token_id, next_tok)
-                finished |= next_tok == eos_token_id
-            out = torch.cat([out, next_tok[:, None]], dim=1)
-            mask = torch.cat([mask, torch.ones_like(next_tok[:, None])], dim=1)
-            step_input, step_mask = next_tok[:, None], torch.ones_like(next_tok[:, None])
-            if stop_at_eos and bool(finished.all()):
-                break
-        if return_type == "tokens" or (return_type == "input" and isinstance(input, Tensor)):
-            return out
-        texts = [self.tokenizer.decode(row[m.bool()].tolist()) for row, m in zip(out, mask, strict=True)]  # type: ignore[union-attr]
-        return texts[0] if isinstance(input, str) else texts
-
-    @staticmethod
-    def _sample(
-        logits: Float[Tensor, "batch d_vocab"],
-        do_sample: bool,
-        temperature: float,
-        top_k: int | None,
-        top_p: float | None,
-        gen: torch.Generator,
-    ) -> Int[Tensor, " batch"]:
-        if not do_sample:
-            return logits.argmax(dim=-1)
-        logits = logits / temperature
-        if top_k is not None:
-            kth = logits.topk(min(top_k, logits.shape[-1]), dim=-1).values[:, -1:]
-            logits = logits.masked_fill(logits < kth, float("-inf"))
-        if top_p is not None:
-            sorted_logits, order = logits.sort(dim=-1, descending=True)
-            cum = sorted_logits.softmax(-1).cumsum(-1)
-            drop = cum - sorted_logits.softmax(-1) >= top_p  # keep the smallest set reaching top_p
-            logits = logits.masked_fill(torch.zeros_like(drop).scatter(-1, order, drop), float("-inf"))
-        return torch.multinomial(logits.softmax(-1), 1, generator=gen)[:, 0]
-
-    def _check_mask(self, attention_mask: Tensor, like: Tensor) -> Tensor:
-        if not isinstance(attention_mask, Tensor) or attention_mask.shape != like.shape[:2]:
-            got = tuple(attention_mask.shape) if isinstance(attention_mask, Tensor) else type(attention_mask).__name__
-            raise ValueError(f"attention_mask: expected shape {tuple(like.shape[:2])} (batch, posn), got {got}")
-        return attention_mask.to(self.W_E.device)
-
-    # ----- tokenizer helpers (transformer-lens' names and habits) ----------
-    def _require_tokenizer(self) -> Tokenizer:
-        if self.tokenizer is None:
-            raise ValueError(
-                "this model has no tokenizer: pass token ids, or set model.tokenizer "
-                "(e.g. interp_gpt.tokenizer.gpt2_tokenizer())"
-            )
-        return self.tokenizer
-
-    def to_tokens(
-        self,
-        input: str | list[str],
-        prepend_bos: bool | None = None,
-        padding_side: Literal["left", "right"] | None = None,
-        move_to_device: bool = True,
-        return_mask: bool = False,
-    ) -> Any:
-        """Token ids `[batch, posn]` for a string or a list of strings (padded).
-
-        `prepend_bos` defaults to `cfg.default_prepend_bos` (True for GPT-2, as in
-        transformer-lens). With `return_mask`, also returns the attention mask.
-
-        Example:
-            >>> model.to_tokens("Hello world", prepend_bos=False)
-            tensor([[15496,   995]])
-        """
-        tok = self._require_tokenizer()
-        if isinstance(input, str):
-            input = [input]
-        elif not isinstance(input, list):
-            raise TypeError(f"input: expected a string or a list of strings, got {type(input).__name__}")
-        bos = self.cfg.default_prepend_bos if prepend_bos is None else prepend_bos
-        tokens, mask = tok.to_tokens(
-            input, prepend_bos=bos, padding_side=padding_side or "right", max_length=self.cfg.n_ctx
-        )
-        if move_to_device:
-            tokens, mask = tokens.to(self.W_E.device), mask.to(self.W_E.device)
-        return (tokens, mask) if return_mask else tokens
-
-    def to_str_tokens(self, input: str | Tensor | list[int], prepend_bos: bool | None = None) -> list[str]:
-        """One string per token, e.g. `["<|endoftext|>", "Hello", " world"]`."""
-        tok = self._require_tokenizer()
-        if isinstance(input, str):
-            ids = self.to_tokens(input, prepend_bos=prepend_bos, move_to_device=False)[0].tolist()
-        elif isinstance(input, Tensor):
-            if input.ndim == 2 and input.shape[0] == 1:
-                input = input[0]
-            if input.ndim != 1:
-                raise ValueError(f"input: to_str_tokens takes one sequence, got shape {tuple(input.shape)}")
-            ids = input.tolist()
-        else:
-            ids = list(input)
-        return tok.decode_each(ids)
-
-    def to_string(self, tokens: Tensor | list[int]) -> str | list[str]:
-        """Decode token ids: `[posn]` to a string, `[batch, posn]` to a list of strings."""
-        tok = self._require_tokenizer()
-        if isinstance(tokens, Tensor) and tokens.ndim == 2:
-            return [tok.decode(row.tolist()) for row in tokens]
-        return tok.decode(tokens.tolist() if isinstance(tokens, Tensor) else list(tokens))
-
-    def to_single_token(self, string: str) -> int:
-        """The id of a string that is exactly one token, e.g. `" the"` -> 262."""
-        ids = self._require_tokenizer().encode(string)
-        if len(ids) != 1:
-            raise ValueError(f"to_single_token: {string!r} is {len(ids)} tokens, not one: {ids}")
-        return ids[0]
-
-    # ----- weights, stacked across layers (as transformer-lens exposes them) ----
-    @property
-    def W_E(self) -> Float[Tensor, "d_vocab d_model"]:
-        return self.embed.W_E
-
-    @property
-    def W_pos(self) -> Float[Tensor, "n_ctx d_model"]:
-        return self.pos_embed.W_pos
-
-    @property
-    def W_U(self) -> Float[Tensor, "d_model d_vocab"]:
-        return self.unembed.W_U
-
-    def _stack(self, module: str, param: str) -> Tensor:
-        return torch.stack([getattr(getattr(b, module), param) for b in self.blocks])
-
-    W_Q = property(lambda self: self._stack("attn", "W_Q"), doc="[n_layers, n_heads, d_model, d_head]")
-    W_K = property(lambda self: self._stack("attn", "W_K"), doc="[n_layers, n_heads, d_model, d_head]")
-    W_V = property(lambda self: self._stack("attn", "W_V"), doc="[n_layers, n_heads, d_model, d_head]")
-    W_O = property(lambda self: self._stack("attn", "W_O"), doc="[n_layers, n_heads, d_head, d_model]")
-    b_Q = property(lambda self: self._stack("attn", "b_Q"), doc="[n_layers, n_heads, d_head]")
-    b_K = property(lambda self: self._stack("attn", "b_K"), doc="[n_layers, n_heads, d_head]")
-    b_V = property(lambda self: self._stack("attn", "b_V"), doc="[n_layers, n_heads, d_head]")
-    b_O = property(lambda self: self._stack("attn", "b_O"), doc="[n_layers, d_model]")
-    W_in = property(lambda self: self._stack("mlp", "W_in"), doc="[n_layers, d_model, d_mlp]")
-    W_out = property(lambda self: self._stack("mlp", "W_out"), doc="[n_layers, d_mlp, d_model]")
-    b_in = property(lambda self: self._stack("mlp", "b_in"), doc="[n_layers, d_mlp]")
-    b_out = property(lambda self: self._stack("mlp", "b_out"), doc="[n_layers, d_model]")
-
-    # ----- loading (loading.py does the work) -------------------------------
-    @classmethod
-    def from_pretrained(cls, source: Any, **kwargs: Any) -> GPT:
-        """Load GPT-2 weights, processed as transformer-lens' `from_pretrained` does by default.
-
-        `source`: a hub id ("gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl", "distilgpt2", or any
-        GPT-2 repo), a local folder or weights file, a `transformers` GPT2LMHeadModel, or a
-        transformer-lens model or state dict. See `interp_gpt.loading.from_pretrained`.
-
-        Example:
-            >>> model = GPT.from_pretrained("gpt2")                      # fold_ln etc. applied
-            >>> raw = GPT.from_pretrained_no_processing("./my-gpt2")     # weights as stored
-        """
-        from .loading import from_pretrained
-
-        return from_pretrained(source, **kwargs)
-
-    @classmethod
-    def from_pretrained_no_processing(cls, source: Any, **kwargs: Any) -> GPT:
-        """Load GPT-2 weights exactly as stored (no fold_ln, no centring)."""
-        from .loading import from_pretrained_no_processing
-
-        return from_pretrained_no_processing(source, **kwargs)
-
-
-def lm_cross_entropy_loss(
-    logits: Float[Tensor, "batch posn d_vocab"],
-    tokens: Int[Tensor, "batch posn"],
-    attention_mask: Int[Tensor, "batch posn"] | None = None,
-    per_token: bool = False,
-) -> Tensor:
-    """Next-token cross-entropy; padding (mask 0) neither predicts nor is predicted."""
-    if tokens.shape != logits.shape[:2]:
-        raise ValueError(f"tokens: shape {tuple(tokens.shape)} does not match logits {tuple(logits.shape[:2])}")
-    log_probs = logits[:, :-1].log_softmax(dim=-1)
-    loss = -log_probs.gather(-1, tokens[:, 1:, None])[..., 0]  # [batch, posn - 1]
-    if attention_mask is None:
-        return loss if per_token else loss.mean()
-    valid = (attention_mask[:, 1:] * attention_mask[:, :-1]).to(loss.dtype)
-    loss = loss * valid
-    return loss if per_token else loss.sum() / valid.sum()

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import re
 
+from jaxtyping import Float, Int
+from torch import Tensor
+
 # Short names people type, mapped to the hook names they mean.
 _ACT_ALIASES = {
     "attn": "pattern",
@@ -59,3 +62,21 @@ def get_act_name(name: str, layer: int | None = None, layer_type: str | None = N
     if name in _LN_ACTS and layer is None:
         full = f"ln_final.{full}"
     return full
+
+
+def lm_cross_entropy_loss(
+    logits: Float[Tensor, "batch posn d_vocab"],
+    tokens: Int[Tensor, "batch posn"],
+    attention_mask: Int[Tensor, "batch posn"] | None = None,
+    per_token: bool = False,
+) -> Tensor:
+    """Next-token cross-entropy; padding (mask 0) neither predicts nor is predicted."""
+    if tokens.shape != logits.shape[:2]:
+        raise ValueError(f"tokens: shape {tuple(tokens.shape)} does not match logits {tuple(logits.shape[:2])}")
+    log_probs = logits[:, :-1].log_softmax(dim=-1)
+    loss = -log_probs.gather(-1, tokens[:, 1:, None])[..., 0]  # [batch, posn - 1]
+    if attention_mask is None:
+        return loss if per_token else loss.mean()
+    valid = (attention_mask[:, 1:] * attention_mask[:, :-1]).to(loss.dtype)
+    loss = loss * valid
+    return loss if per_token else loss.sum() / valid.sum()

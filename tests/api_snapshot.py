@@ -73,9 +73,9 @@ def snapshot() -> dict[str, Any]:
             if not hasattr(mod, name):
                 continue  # listed in __all__ but gone: the test reports it missing
             obj = getattr(mod, name)
-            if inspect.ismodule(obj):
+            if inspect.ismodule(obj) or name == "TYPE_CHECKING":
                 continue
-            if not hasattr(mod, "__all__") and getattr(obj, "__module__", mod_name) != mod_name:
+            if not hasattr(mod, "__all__") and not getattr(obj, "__module__", mod_name).startswith("interp_gpt"):
                 continue  # imported from elsewhere (torch, typing ...)
             if inspect.isclass(obj):
                 entry[name] = {"class": describe_class(obj)}

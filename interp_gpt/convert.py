@@ -1,0 +1,370 @@
+"""Checkpoint layouts: Hugging Face GPT-2 configs and tensors <-> our `Config` and state dict
+(= transformer-lens'), and `load_source`, which reads any supported source into them."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import einops
+import torch
+from torch import Tensor
+
+from .config import Config
+from .sources import (
+    _HF_BUFFER,
+    CheckpointError,
+    _download,
+    _FileReader,
+    _looks_like_path,
+    _read_folder,
+    _read_weights_file,
+    shipped_models,
+)
+
+if TYPE_CHECKING:
+    from .model import GPT
+
+
+# ----------------------------------------------------------------------------
+# Configs
+# ----------------------------------------------------------------------------
+def config_from_hf(hf: Mapping[str, Any], name: str = "custom") -> Config:
+    """A `Config` from a Hugging Face GPT-2 `config.json` (any size, not only the presets)."""
+    model_type = hf.get("model_type")
+    archs = hf.get("architectures") or []
+    if model_type != "gpt2" and not any(str(a).startswith("GPT2") for a in archs):
+        raise CheckpointError(
+            f"config.json: model_type={model_type!r}, architectures={archs}: not a GPT-2 checkpoint "
+            "(interp_gpt loads model_type 'gpt2' only)"
+        )
+    # Variants of GPT-2's attention we do not implement: refuse rather than compute wrongly.
+    for key, plain in (("scale_attn_by_inverse_layer_idx", False), ("scale_attn_weights", True)):
+        if bool(hf.get(key, plain)) != plain:
+            raise CheckpointError(
+                f"config.json: {key}={hf[key]!r} is not supported (GPT-2 uses {plain}); "
+                "its attention scaling differs from GPT-2's"
+            )
+    try:
+        d_model, n_heads = int(hf["n_embd"]), int(hf["n_head"])
+        act = hf.get("activation_function", "gelu_new")
+        act = "gelu_new" if act == "gelu_pytorch_tanh" else act  # the same function
+        return Config(
+            n_layers=int(hf["n_layer"]),
+            d_model=d_model,
+            n_heads=n_heads,
+            d_head=d_model // n_heads,
+            d_mlp=int(hf.get("n_inner") or 4 * d_model),
+            d_vocab=int(hf["vocab_size"]),
+            n_ctx=int(hf["n_positions"] if hf.get("n_positions") is not None else hf["n_ctx"]),
+            act_fn=act,
+            layer_norm_eps=float(hf.get("layer_norm_epsilon", 1e-5)),
+            init_range=float(hf.get("initializer_range", 0.02)),
+            model_name=name,
+        )
+    except KeyError as e:
+        raise CheckpointError(f"config.json: missing GPT-2 field {e.args[0]!r}") from e
+
+
+def _config_from_hf_tensors(sd: Mapping[str, Tensor], name: str) -> Config:
+    """Infer a config from GPT-2 tensors alone (no config.json): GPT-2 always has d_head 64."""
+    sd = {k.removeprefix("transformer."): v for k, v in sd.items()}
+    if "wte.weight" not in sd:
+        raise CheckpointError(f"{name}: no 'wte.weight' tensor: not a GPT-2 state dict (keys: {sorted(sd)[:8]} ...)")
+    d_vocab, d_model = sd["wte.weight"].shape
+    layers = {int(m.group(1)) for k in sd if (m := re.match(r"h\.(\d+)\.", k))}
+    if d_model % 64:
+        raise CheckpointError(
+            f"{name}: d_model={d_model} is not a multiple of 64; pass config= (n_heads cannot be inferred)"
+        )
+    return Config(
+        n_layers=len(layers),
+        d_model=d_model,
+        n_heads=d_model // 64,
+        d_vocab=d_vocab,
+        n_ctx=sd["wpe.weight"].shape[0],
+        d_mlp=sd["h.0.mlp.c_fc.weight"].shape[1] if layers else 4 * d_model,
+        model_name=name,
+    )
+
+
+def _config_from_tl_state_dict(sd: Mapping[str, Tensor], name: str) -> Config:
+    needed = ["embed.W_E", "pos_embed.W_pos", "blocks.0.attn.W_Q", "blocks.0.mlp.W_in"]
+    _raise_if_bad(name, [k for k in needed if k not in sd], [], [])
+    d_vocab, d_model = sd["embed.W_E"].shape
+    n_heads, _, d_head = sd["blocks.0.attn.W_Q"].shape
+    layers = {int(m.group(1)) for k in sd if (m := re.match(r"blocks\.(\d+)\.", k))}
+    return Config(
+        n_layers=len(layers),
+        d_model=d_model,
+        n_heads=n_heads,
+        d_head=d_head,
+        d_mlp=sd["blocks.0.mlp.W_in"].shape[1],
+        d_vocab=d_vocab,
+        n_ctx=sd["pos_embed.W_pos"].shape[0],
+        normalization_type="LN" if "blocks.0.ln1.w" in sd else "LNPre",
+        model_name=name,
+    )
+
+
+def _config_from_tl_cfg(tl_cfg: Any) -> Config:
+    checks = {
+        "positional_embedding_type": "standard",
+        "attn_only": False,
+        "parallel_attn_mlp": False,
+        "final_rms": False,
+        "gated_mlp": False,
+    }
+    for attr, want in checks.items():
+        got = getattr(tl_cfg, attr, want)
+        if got != want:
+            raise CheckpointError(f"transformer-lens model: cfg.{attr}={got!r}, a GPT-2 has {want!r}")
+    if tl_cfg.normalization_type not in ("LN", "LNPre"):
+        raise CheckpointError(
+            f"transformer-lens model: normalization_type={tl_cfg.normalization_type!r}, expected 'LN' or 'LNPre'"
+        )
+    return Config(
+        n_layers=tl_cfg.n_layers,
+        d_model=tl_cfg.d_model,
+        n_heads=tl_cfg.n_heads,
+        d_head=tl_cfg.d_head,
+        d_mlp=tl_cfg.d_mlp,
+        d_vocab=tl_cfg.d_vocab,
+        n_ctx=tl_cfg.n_ctx,
+        act_fn=tl_cfg.act_fn,
+        layer_norm_eps=tl_cfg.eps,
+        normalization_type=tl_cfg.normalization_type,
+        model_name=getattr(tl_cfg, "model_name", "custom"),
+    )
+
+
+# ----------------------------------------------------------------------------
+# Hugging Face layout <-> ours
+# ----------------------------------------------------------------------------
+def convert_hf_gpt2_state_dict(
+    hf_sd: Mapping[str, Tensor],
+    cfg: Config,
+    *,
+    owned: bool = False,
+    reader: _FileReader | None = None,
+) -> dict[str, Tensor]:
+    """Rename and reshape a Hugging Face GPT-2 state dict into ours (= transformer-lens').
+
+    GPT-2 stores c_attn, c_proj and c_fc as Conv1D, whose weight is [in, out]: the
+    transpose of nn.Linear's. That is the layout our W matrices use, so they are
+    only split per head, never transposed. lm_head is an nn.Linear ([d_vocab, d_model]),
+    so W_U is its transpose. Every result is contiguous.
+
+    `owned`: the tensors are the caller's to give away (freshly read from a file), so the
+    result may be them; otherwise every result is a copy, and editing the loaded model never
+    edits the source. W_U never shares memory with W_E: GPT-2 ties them, and a tied copy
+    would make an edit of one an edit of both. With a `reader` of the files the tensors were
+    read from, the two tensors that must be copied (c_attn, split into W_Q/W_K/W_V, and W_U)
+    are copied out of maps of their own, so the file's pages are not also left resident.
+    """
+    sd = {k.removeprefix("transformer."): v for k, v in hf_sd.items() if not _HF_BUFFER.search(k)}
+    h, dh, d, dm, V = cfg.n_heads, cfg.d_head, cfg.d_model, cfg.d_mlp, cfg.d_vocab
+    missing: list[str] = []
+    misshaped: list[str] = []
+
+    def take(key: str, shape: tuple[int, ...]) -> Tensor:
+        t = sd.pop(key, None)
+        if t is None:
+            missing.append(key)
+            return torch.zeros(shape)
+        if tuple(t.shape) != shape:
+            misshaped.append(f"{key}: {tuple(t.shape)}, expected {shape}")
+            return torch.zeros(shape)
+        return t.detach() if owned else t.detach().clone()
+
+    out: dict[str, Tensor] = {
+        "embed.W_E": take("wte.weight", (V, d)),
+        "pos_embed.W_pos": take("wpe.weight", (cfg.n_ctx, d)),
+    }
+    for L in range(cfg.n_layers):
+        p, q = f"h.{L}.", f"blocks.{L}."
+        out[q + "ln1.w"], out[q + "ln1.b"] = take(p + "ln_1.weight", (d,)), take(p + "ln_1.bias", (d,))
+        # [d_model, q|k|v]; split per head, so copied (contiguous), from a map of its own if it can
+        W_qkv = take(p + "attn.c_attn.weight", (d, 3 * h * dh))
+        if owned and reader is not None and (mapped := reader.get(p + "attn.c_attn.weight")) is not None:
+            W_qkv = mapped if mapped.shape == W_qkv.shape else W_qkv
+        b_qkv = take(p + "attn.c_attn.bias", (3 * h * dh,))
+        for X, W, b in zip("QKV", W_qkv.split(h * dh, dim=1), b_qkv.split(h * dh), strict=True):
+            W = einops.rearrange(W, "d_model (n_heads d_head) -> n_heads d_model d_head", n_heads=h)
+            out[q + f"attn.W_{X}"] = W.clone(memory_format=torch.contiguous_format)
+            out[q + f"attn.b_{X}"] = einops.rearrange(b, "(n_heads d_head) -> n_heads d_head", n_heads=h).clone()
+        del W_qkv
+        W_O = take(p + "attn.c_proj.weight", (h * dh, d))
+        out[q + "attn.W_O"] = einops.rearrange(W_O, "(n_heads d_head) d_model -> n_heads d_head d_model", n_heads=h)
+        out[q + "attn.b_O"] = take(p + "attn.c_proj.bias", (d,))
+        out[q + "ln2.w"], out[q + "ln2.b"] = take(p + "ln_2.weight", (d,)), take(p + "ln_2.bias", (d,))
+        out[q + "mlp.W_in"], out[q + "mlp.b_in"] = (
+            take(p + "mlp.c_fc.weight", (d, dm)),
+            take(p + "mlp.c_fc.bias", (dm,)),
+        )
+        out[q + "mlp.W_out"], out[q + "mlp.b_out"] = (
+            take(p + "mlp.c_proj.weight", (dm, d)),
+            take(p + "mlp.c_proj.bias", (d,)),
+        )
+    out["ln_final.w"], out["ln_final.b"] = take("ln_f.weight", (d,)), take("ln_f.bias", (d,))
+    lm_head = sd.pop("lm_head.weight", None)  # GPT-2 ties it to wte; checkpoints often omit it
+    W_E = out["embed.W_E"]
+    if lm_head is not None and tuple(lm_head.shape) != (V, d):
+        misshaped.append(f"lm_head.weight: {tuple(lm_head.shape)}, expected {(V, d)}")
+    else:
+        source = "lm_head.weight" if lm_head is not None else "wte.weight"
+        W_U = reader.transposed(source) if (owned and reader is not None) else None
+        if W_U is None or tuple(W_U.shape) != (d, V):
+            W_U = (W_E if lm_head is None else lm_head.detach()).T.clone(memory_format=torch.contiguous_format)
+        out["unembed.W_U"] = W_U
+    out["unembed.b_U"] = torch.zeros(V, dtype=W_E.dtype)
+    _raise_if_bad(cfg.model_name, missing, sorted(sd), misshaped)
+    return out
+
+
+def convert_to_hf_gpt2_state_dict(model: GPT) -> dict[str, Tensor]:
+    """Our (unprocessed) weights in Hugging Face GPT-2's layout: the inverse of the above."""
+    if model.cfg.normalization_type != "LN":
+        raise ValueError(
+            "convert_to_hf_gpt2_state_dict: the model's LayerNorm weights were folded; load it with from_pretrained_no_processing"
+        )
+    sd = {k: v.detach() for k, v in model.state_dict().items()}
+    b_U = sd["unembed.b_U"]
+    if not bool((b_U == b_U[0]).all()):
+        raise ValueError(
+            "convert_to_hf_gpt2_state_dict: unembed.b_U is not constant, and Hugging Face's GPT-2 "
+            "lm_head has no bias: saving would change the logits"
+        )
+    out = {"transformer.wte.weight": sd["embed.W_E"], "transformer.wpe.weight": sd["pos_embed.W_pos"]}
+    for L in range(model.cfg.n_layers):
+        p, q = f"transformer.h.{L}.", f"blocks.{L}."
+        out[p + "ln_1.weight"], out[p + "ln_1.bias"] = sd[q + "ln1.w"], sd[q + "ln1.b"]
+        out[p + "attn.c_attn.weight"] = torch.cat(
+            [
+                einops.rearrange(sd[q + f"attn.W_{X}"], "n_heads d_model d_head -> d_model (n_heads d_head)")
+                for X in "QKV"
+            ],
+            dim=1,
+        )
+        out[p + "attn.c_attn.bias"] = torch.cat([sd[q + f"attn.b_{X}"].flatten() for X in "QKV"])
+        out[p + "attn.c_proj.weight"] = einops.rearrange(
+            sd[q + "attn.W_O"], "n_heads d_head d_model -> (n_heads d_head) d_model"
+        )
+        out[p + "attn.c_proj.bias"] = sd[q + "attn.b_O"]
+        out[p + "ln_2.weight"], out[p + "ln_2.bias"] = sd[q + "ln2.w"], sd[q + "ln2.b"]
+        out[p + "mlp.c_fc.weight"], out[p + "mlp.c_fc.bias"] = sd[q + "mlp.W_in"], sd[q + "mlp.b_in"]
+        out[p + "mlp.c_proj.weight"], out[p + "mlp.c_proj.bias"] = sd[q + "mlp.W_out"], sd[q + "mlp.b_out"]
+    out["transformer.ln_f.weight"], out["transformer.ln_f.bias"] = sd["ln_final.w"], sd["ln_final.b"]
+    out["lm_head.weight"] = sd["unembed.W_U"].T
+    return {k: v.contiguous().clone() for k, v in out.items()}
+
+
+def _raise_if_bad(name: str, missing: list[str], unexpected: list[str], misshaped: list[str]) -> None:
+    if not (missing or unexpected or misshaped):
+        return
+    lines = [f"checkpoint {name!r} does not fit the model:"]
+    for label, items in (("missing", missing), ("unexpected", unexpected), ("wrong shape", misshaped)):
+        if items:
+            shown = items[:10] + ([f"... ({len(items)} in all)"] if len(items) > 10 else [])
+            lines.append(f"  {label} tensors: " + ", ".join(shown))
+    raise CheckpointError("\n".join(lines))
+
+
+# ----------------------------------------------------------------------------
+# Any source -> (config, our state dict)
+# ----------------------------------------------------------------------------
+def load_source(source: Any, config: Config | None = None) -> tuple[Config, dict[str, Tensor], Path | None]:
+    """Read any supported source into (config, our state dict, folder with tokenizer files or None).
+
+    The state dict's tensors are the caller's to edit in place: weights read from a file
+    (private memory maps, see _read_weights_file) or copies, never the memory of a model
+    object or state dict passed in.
+    """
+    folder: Path | None = None
+    files: list[Path] = []
+    hf_config: Mapping[str, Any] | None = None
+    name = "custom"
+    if isinstance(source, (str, os.PathLike)):
+        path = Path(source).expanduser()
+        name = str(source)
+        if path.is_dir():
+            folder = path
+            weights, hf_config, files = _read_folder(path)
+        elif path.is_file():
+            weights, files = _read_weights_file(path)
+            cfg_path = path.parent / "config.json"
+            hf_config = json.loads(cfg_path.read_text()) if cfg_path.exists() and path.suffix != ".json" else None
+            folder = path.parent
+        elif isinstance(source, str) and source in shipped_models():
+            folder = shipped_models()[source]
+            weights, hf_config, files = _read_folder(folder)
+        elif isinstance(source, str) and not _looks_like_path(source):
+            folder = _download(source)
+            weights, hf_config, files = _read_folder(folder)
+        else:
+            raise FileNotFoundError(f"source: no file or folder at {str(source)!r}")
+    elif hasattr(source, "cfg") and hasattr(source, "tl_parameters"):  # transformer-lens 4.x TransformerBridge
+        # Its own state dict is in HF's layout; tl_parameters() is the TL-layout view. After
+        # processing it keeps LN weights of 1 and biases of 0, which compute the same as LNPre.
+        cfg = _config_from_tl_cfg(source.cfg)
+        return cfg, _tl_state_dict({k: v.detach() for k, v in source.tl_parameters().items()}, cfg), None
+    elif hasattr(source, "config") and hasattr(source, "state_dict") and hasattr(source.config, "to_dict"):
+        hf_config = source.config.to_dict()  # a transformers model
+        name = getattr(source.config, "_name_or_path", None) or "transformers-model"
+        weights = source.state_dict()
+    elif hasattr(source, "cfg") and hasattr(source, "state_dict"):  # a transformer-lens HookedTransformer
+        cfg = _config_from_tl_cfg(source.cfg)
+        return cfg, _tl_state_dict(source.state_dict(), cfg), None
+    elif isinstance(source, Mapping):
+        weights = dict(source)
+    else:
+        raise TypeError(
+            "source: expected a hub id, a path, a transformers GPT-2 model, a transformer-lens model "
+            f"or a state dict; got {type(source).__name__}"
+        )
+
+    if "embed.W_E" in weights:  # already in transformer-lens' layout
+        cfg = dataclasses.replace(config) if config else _config_from_tl_state_dict(weights, name)
+        return cfg, _tl_state_dict(weights, cfg), folder
+    if config is not None:
+        cfg = dataclasses.replace(config)  # processing edits cfg; never the caller's
+    elif hf_config is not None:
+        cfg = config_from_hf(hf_config, name)
+    else:
+        cfg = _config_from_hf_tensors(weights, name)
+    cfg.model_name = name if cfg.model_name == "custom" else cfg.model_name
+    # Tensors read from a file are ours alone (files is empty for every other source).
+    return cfg, convert_hf_gpt2_state_dict(weights, cfg, owned=bool(files), reader=_FileReader(files)), folder
+
+
+def _tl_state_dict(sd: Mapping[str, Tensor], cfg: Config) -> dict[str, Tensor]:
+    """Check a transformer-lens layout state dict against cfg; drop its non-weight buffers."""
+    sd = {k: v for k, v in sd.items() if not re.search(r"\.attn\.(IGNORE|mask)$", k)}
+    expected = _expected_shapes(cfg)
+    missing = sorted(set(expected) - set(sd))
+    unexpected = sorted(set(sd) - set(expected))
+    misshaped = [
+        f"{k}: {tuple(sd[k].shape)}, expected {s}" for k, s in expected.items() if k in sd and tuple(sd[k].shape) != s
+    ]
+    _raise_if_bad(cfg.model_name, missing, unexpected, misshaped)
+    return {k: v.detach().clone() for k, v in sd.items()}
+
+
+def _expected_shapes(cfg: Config) -> dict[str, tuple[int, ...]]:
+    """Every parameter's shape for `cfg`, as model.py declares them (tests/test_loading.py checks they agree)."""
+    h, d, dh, dm = cfg.n_heads, cfg.d_model, cfg.d_head, cfg.d_mlp
+    ln = cfg.normalization_type == "LN"  # LNPre (after fold_ln) has no parameters
+    shapes: dict[str, tuple[int, ...]] = {"embed.W_E": (cfg.d_vocab, d), "pos_embed.W_pos": (cfg.n_ctx, d)}
+    for L in range(cfg.n_layers):
+        q = f"blocks.{L}."
+        shapes.update({q + f"{n}.{p}": (d,) for n in ("ln1", "ln2") for p in ("w", "b") if ln})
+        shapes.update({q + f"attn.W_{X}": (h, d, dh) for X in "QKV"} | {q + f"attn.b_{X}": (h, dh) for X in "QKV"})
+        shapes.update({q + "attn.W_O": (h, dh, d), q + "attn.b_O": (d,)})
+        shapes.update({q + "mlp.W_in": (d, dm), q + "mlp.b_in": (dm,), q + "mlp.W_out": (dm, d), q + "mlp.b_out": (d,)})
+    shapes.update({f"ln_final.{p}": (d,) for p in ("w", "b") if ln})
+    return shapes | {"unembed.W_U": (d, cfg.d_vocab), "unembed.b_U": (cfg.d_vocab,)}

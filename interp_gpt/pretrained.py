@@ -1,0 +1,102 @@
+"""Loading a checkpoint into a model: read (sources.py), convert (convert.py), process
+(processing.py), build. Offered on `GPT` as the classmethods of `PretrainedMixin`.
+"""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, cast
+
+import torch
+
+from .config import Config
+from .convert import _raise_if_bad, load_source
+from .processing import process_weights
+from .sources import shipped_models
+
+if TYPE_CHECKING:
+    from .model import GPT, Attention
+
+
+class PretrainedMixin:
+    """`from_pretrained` and `from_pretrained_no_processing`, transformer-lens' names."""
+
+    @classmethod
+    def from_pretrained(
+        cls: Any,  # GPT, or a subclass
+        source: Any,
+        *,
+        fold_ln: bool = True,
+        center_writing_weights: bool = True,
+        center_unembed: bool = True,
+        fold_value_biases: bool = True,
+        dtype: torch.dtype = torch.float32,
+        device: str | torch.device | None = None,
+        config: Config | None = None,
+        tokenizer: Any = "auto",
+    ) -> GPT:
+        """Load a GPT-2 checkpoint, processed like transformer-lens' `from_pretrained` by default.
+
+        `source`: a hub id ("gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl", "distilgpt2", or any
+        GPT-2 repo), a shipped model ("tiny-gpt2"), a local folder or weights file, a
+        `transformers` GPT2LMHeadModel, or a transformer-lens model or state dict.
+        `center_unembed` shifts every logit of a row by the same amount: compare processed
+        models by log-probs. `tokenizer="auto"` attaches the checkpoint's own tokenizer files
+        if it has them, else GPT-2's BPE (for a 50,257-token vocabulary); pass a `Tokenizer`
+        or None to choose.
+
+        Weights in .safetensors files are memory-mapped copy-on-write, as Hugging Face reads
+        them: loading reads only W_U and W_Q/W_K/W_V (copies: see convert_hf_gpt2_state_dict),
+        every other page is read when first used, and editing a weight changes this model only,
+        never the file. Replacing the file while the model lives
+        is safe (save_hf_checkpoint writes a new file and renames it); rewriting it in place
+        would change the weights the model has not used yet.
+
+        Example:
+            >>> model = GPT.from_pretrained("gpt2")                    # hub (or its cache)
+            >>> raw = GPT.from_pretrained_no_processing("./my-gpt2")   # local folder, weights as stored
+        """
+        cfg, sd, folder = load_source(source, config)
+        # load_source's tensors are ours alone: process them where they lie (no second copy).
+        sd = process_weights(sd, cfg, fold_ln, center_writing_weights, center_unembed, fold_value_biases, inplace=True)
+        with torch.device("meta"):
+            model: GPT = cls(cfg)
+        expected = dict(model.named_parameters())
+        _raise_if_bad(cfg.model_name, sorted(set(expected) - set(sd)), sorted(set(sd) - set(expected)), [])
+        model.load_state_dict(sd, strict=False, assign=True)
+        # Buffers were created on the meta device: rebuild them for real.
+        for block in model.blocks:
+            attn = cast("Attention", block.attn)
+            attn.IGNORE = torch.tensor(float("-inf"))
+            attn.mask = torch.empty((0, 0), dtype=torch.bool)
+        model = model.to(dtype=dtype, device=device)
+        from_hub = isinstance(source, str) and not Path(source).expanduser().exists() and source not in shipped_models()
+        model.tokenizer = (
+            _auto_tokenizer(cfg, folder, from_hub) if isinstance(tokenizer, str) and tokenizer == "auto" else tokenizer
+        )
+        return model.eval()
+
+    @classmethod
+    def from_pretrained_no_processing(cls: Any, source: Any, **kwargs: Any) -> GPT:
+        """Load a GPT-2 checkpoint with its weights exactly as stored (no fold_ln, no centring)."""
+        flags = dict(fold_ln=False, center_writing_weights=False, center_unembed=False, fold_value_biases=False)
+        return cls.from_pretrained(source, **{**flags, **kwargs})
+
+
+def _auto_tokenizer(cfg: Config, folder: Path | None, from_hub: bool) -> Any:
+    from .tokenizer import gpt2_tokenizer, saved_tokenizer
+
+    if folder is not None and (saved := saved_tokenizer(folder)) is not None:
+        return saved
+    has_files = folder is not None and (
+        (folder / "tokenizer.json").exists() or (folder / "vocab.json").exists() or (folder / "encoder.json").exists()
+    )
+    if not has_files and cfg.d_vocab != 50257:
+        return None
+    try:
+        # A local checkpoint does not make us call the hub for a vocabulary.
+        return gpt2_tokenizer(folder if has_files else None, allow_hub=from_hub)
+    except OSError as e:
+        warnings.warn(f"no tokenizer attached ({e}); the model still takes token ids", stacklevel=3)
+        return None

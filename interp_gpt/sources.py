@@ -1,0 +1,196 @@
+"""Reading checkpoints: files (safetensors memory-mapped copy-on-write; .bin with
+`torch.load(weights_only=True)`, never arbitrary unpickling), folders, shipped models and the
+Hugging Face hub. What is read is turned into our layout by convert.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+
+HUB_PRESETS = ("gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl", "distilgpt2")
+# Models shipped inside the package, loadable by folder name with no network.
+SHIPPED_DIR = Path(__file__).resolve().parent / "weights"
+
+
+def shipped_models() -> dict[str, Path]:
+    """The models shipped in the package: name -> folder."""
+    if not SHIPPED_DIR.is_dir():
+        return {}
+    return {p.name: p for p in sorted(SHIPPED_DIR.iterdir()) if (p / "config.json").is_file()}
+
+
+def resolve_shipped(source: Any) -> Any:
+    """A shipped model's name -> its folder; any other source unchanged."""
+    return shipped_models().get(source, source) if isinstance(source, str) else source
+
+
+_WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin")
+# Buffers Hugging Face's GPT-2 stores in older checkpoints; they hold no weights.
+_HF_BUFFER = re.compile(r"(^|\.)h\.\d+\.attn\.(bias|masked_bias)$")
+
+
+class CheckpointError(ValueError):
+    """A checkpoint whose tensors or config do not fit a GPT-2."""
+
+
+# transposed() reads this many rows at a time.
+_READ_CHUNK = 4096
+
+
+def _read_weights_file(path: Path) -> tuple[dict[str, Tensor], list[Path]]:
+    """A weights file's tensors, and the files they came from.
+
+    safetensors files are memory-mapped privately (copy-on-write), as Hugging Face reads
+    them: a page of the file is read when first used, and writing a tensor changes only
+    this process's copy, never the file.
+    """
+    if path.suffix == ".safetensors":
+        from safetensors.torch import load_file
+
+        return load_file(str(path)), [path]
+    if path.suffix == ".json":  # sharded safetensors index
+        index = json.loads(path.read_text())
+        out: dict[str, Tensor] = {}
+        files: list[Path] = []
+        for shard in sorted(set(index["weight_map"].values())):
+            tensors, read = _read_weights_file(path.parent / shard)
+            out.update(tensors)
+            files += read
+        return out, files
+    if path.suffix in (".bin", ".pt", ".pth"):
+        try:
+            sd = torch.load(path, map_location="cpu", weights_only=True)
+        except Exception as e:  # an unpickling error names the forbidden global
+            raise CheckpointError(
+                f"{path}: could not be read with torch.load(weights_only=True) ({type(e).__name__}: {e}); "
+                "interp_gpt never unpickles arbitrary objects: convert the checkpoint to safetensors"
+            ) from e
+        if isinstance(sd, Mapping) and "state_dict" in sd and isinstance(sd["state_dict"], Mapping):
+            sd = sd["state_dict"]
+        if not isinstance(sd, Mapping):
+            raise CheckpointError(f"{path}: expected a state dict (a mapping of tensors), got {type(sd).__name__}")
+        return dict(sd), [path]
+    raise CheckpointError(f"{path}: unknown weights format {path.suffix!r}; expected .safetensors, .bin, .pt or .pth")
+
+
+def _read_folder(folder: Path) -> tuple[dict[str, Tensor], dict[str, Any] | None, list[Path]]:
+    for name in _WEIGHT_FILES:
+        if (folder / name).exists():
+            weights, files = _read_weights_file(folder / name)
+            break
+    else:
+        shards = sorted(folder.glob("model-*.safetensors"))
+        if not shards:
+            raise FileNotFoundError(f"{folder}: no weights found; expected one of {', '.join(_WEIGHT_FILES)}")
+        weights, files = {}, []
+        for shard in shards:
+            tensors, read = _read_weights_file(shard)
+            weights.update(tensors)
+            files += read
+    config_path = folder / "config.json"
+    hf_config = json.loads(config_path.read_text()) if config_path.exists() else None
+    return weights, hf_config, files
+
+
+class _FileReader:
+    """Single tensors of the safetensors files a load read, each through a map of its own that
+    is dropped with the tensor: what is copied out of the file this way is never left resident
+    twice (the load's own map keeps every page it has touched until the model is freed)."""
+
+    def __init__(self, files: list[Path]) -> None:
+        # The files as they were read: a file replaced since then is refused, not mixed in.
+        self.files = {f: _identity(f) for f in files if f.suffix == ".safetensors"}
+
+    def _find(self, key: str) -> tuple[Path, str] | None:
+        from safetensors import safe_open
+
+        for f, identity in self.files.items():
+            if _identity(f) != identity:
+                raise CheckpointError(f"{f}: the file changed while it was being loaded; load it again")
+            with safe_open(str(f), framework="pt") as h:
+                name = next((n for n in (key, "transformer." + key) if n in h.keys()), None)
+            if name is not None:
+                return f, name
+        return None
+
+    def get(self, key: str) -> Tensor | None:
+        """The tensor (None if no file holds it), mapped until it is freed."""
+        from safetensors import safe_open
+
+        if (found := self._find(key)) is None:
+            return None
+        with safe_open(str(found[0]), framework="pt") as h:
+            return h.get_tensor(found[1])
+
+    def transposed(self, key: str) -> Tensor | None:
+        """The transpose of a [rows, cols] tensor as a new contiguous tensor, read _READ_CHUNK
+        rows at a time: for W_U, GPT-2's lm_head (or the wte it is tied to)."""
+        from safetensors import safe_open
+
+        if (found := self._find(key)) is None:
+            return None
+        with safe_open(str(found[0]), framework="pt") as h:
+            rows, cols = h.get_slice(found[1]).get_shape()
+            out = torch.empty(cols, rows, dtype=h.get_slice(found[1])[:1].dtype)
+        for i in range(0, rows, _READ_CHUNK):
+            if _identity(found[0]) != self.files[found[0]]:
+                raise CheckpointError(f"{found[0]}: the file changed while it was being loaded; load it again")
+            with safe_open(str(found[0]), framework="pt") as h:
+                out[:, i : i + _READ_CHUNK] = h.get_slice(found[1])[i : i + _READ_CHUNK].T
+        return out
+
+
+def _identity(path: Path) -> tuple[int, int, int, int]:
+    st = path.stat()
+    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
+
+
+def _looks_like_path(s: str) -> bool:
+    """A string that names a file or folder rather than a hub id ("owner/name" has one slash)."""
+    return (
+        s.startswith((".", "/", "~"))
+        or s.count("/") > 1
+        or s.endswith((".safetensors", ".bin", ".pt", ".pth", ".json"))
+    )
+
+
+def _download(repo_id: str) -> Path:
+    """Fetch a GPT-2 repo's config, weights and tokenizer files through the hub cache."""
+    from huggingface_hub import hf_hub_download, snapshot_download
+
+    patterns = [
+        "config.json",
+        "model.safetensors",
+        "model.safetensors.index.json",
+        "model-*.safetensors",
+        "vocab.json",
+        "merges.txt",
+        "tokenizer.json",
+    ]
+    try:
+        folder = Path(snapshot_download(repo_id, allow_patterns=patterns))
+        if not any((folder / f).exists() for f in _WEIGHT_FILES[:2]) and not list(folder.glob("model-*.safetensors")):
+            hf_hub_download(repo_id, "pytorch_model.bin")  # old repos without safetensors
+            folder = Path(snapshot_download(repo_id, allow_patterns=patterns + ["pytorch_model.bin"]))
+    except Exception as e:
+        offline = os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes")
+        why = "HF_HUB_OFFLINE is set and it is not in the local cache" if offline else f"{type(e).__name__}: {e}"
+        known = (
+            ""
+            if "/" in repo_id
+            else (f" Known names: {', '.join(list(shipped_models()) + list(HUB_PRESETS))} (shipped ones load offline).")
+        )
+        raise OSError(
+            f"could not load {repo_id!r} from the Hugging Face hub ({why}).{known} "
+            "Or point at a local copy: a folder with config.json and model.safetensors "
+            "(e.g. one saved by transformers' save_pretrained), or a weights file."
+        ) from e
+    return folder
