@@ -13,6 +13,15 @@ if TYPE_CHECKING:
     from .model import Embed, PosEmbed, Unembed
 
 
+def _stacked(module: str, param: str) -> property:
+    """A property: `blocks[L].<module>.<param>` of every layer L, stacked on a new first axis."""
+
+    def get(self: StackedWeightsMixin) -> Tensor:
+        return torch.stack([getattr(getattr(block, module), param) for block in self.blocks])
+
+    return property(get, doc=f"{module}.{param} of every layer, stacked: [n_layers, ...] (a copy)")
+
+
 class StackedWeightsMixin:
     """`W_E`, `W_pos`, `W_U` and every per-layer weight stacked on a new first axis (a copy)."""
 
@@ -34,18 +43,9 @@ class StackedWeightsMixin:
     def W_U(self) -> Float[Tensor, "d_model d_vocab"]:
         return self.unembed.W_U
 
-    def _stack(self, module: str, param: str) -> Tensor:
-        return torch.stack([getattr(getattr(b, module), param) for b in self.blocks])
-
-    W_Q = property(lambda self: self._stack("attn", "W_Q"), doc="[n_layers, n_heads, d_model, d_head]")
-    W_K = property(lambda self: self._stack("attn", "W_K"), doc="[n_layers, n_heads, d_model, d_head]")
-    W_V = property(lambda self: self._stack("attn", "W_V"), doc="[n_layers, n_heads, d_model, d_head]")
-    W_O = property(lambda self: self._stack("attn", "W_O"), doc="[n_layers, n_heads, d_head, d_model]")
-    b_Q = property(lambda self: self._stack("attn", "b_Q"), doc="[n_layers, n_heads, d_head]")
-    b_K = property(lambda self: self._stack("attn", "b_K"), doc="[n_layers, n_heads, d_head]")
-    b_V = property(lambda self: self._stack("attn", "b_V"), doc="[n_layers, n_heads, d_head]")
-    b_O = property(lambda self: self._stack("attn", "b_O"), doc="[n_layers, d_model]")
-    W_in = property(lambda self: self._stack("mlp", "W_in"), doc="[n_layers, d_model, d_mlp]")
-    W_out = property(lambda self: self._stack("mlp", "W_out"), doc="[n_layers, d_mlp, d_model]")
-    b_in = property(lambda self: self._stack("mlp", "b_in"), doc="[n_layers, d_mlp]")
-    b_out = property(lambda self: self._stack("mlp", "b_out"), doc="[n_layers, d_model]")
+    # Each a new tensor [n_layers, *shape of one layer's]: W_Q, W_K, W_V [n_layers, n_heads, d_model, d_head],
+    # W_O [n_layers, n_heads, d_head, d_model], b_Q, b_K, b_V [n_layers, n_heads, d_head], b_O [n_layers, d_model],
+    # W_in [n_layers, d_model, d_mlp], W_out [n_layers, d_mlp, d_model], b_in [n_layers, d_mlp], b_out [n_layers, d_model].
+    W_Q, W_K, W_V, W_O = (_stacked("attn", p) for p in ("W_Q", "W_K", "W_V", "W_O"))
+    b_Q, b_K, b_V, b_O = (_stacked("attn", p) for p in ("b_Q", "b_K", "b_V", "b_O"))
+    W_in, W_out, b_in, b_out = (_stacked("mlp", p) for p in ("W_in", "W_out", "b_in", "b_out"))

@@ -44,7 +44,9 @@ def test_every_recorded_name_still_exports_with_the_same_signature(module: str) 
             gone = [m for m in recorded["class"] if m not in current["class"]]
             assert not gone, f"{module}.{name} lost {gone}"
             for member, sig in recorded["class"].items():
-                assert _compatible(sig, current["class"][member]), f"{module}.{name}.{member}: {sig} -> {current['class'][member]}"
+                assert _compatible(sig, current["class"][member]), (
+                    f"{module}.{name}.{member}: {sig} -> {current['class'][member]}"
+                )
         else:
             kind = next(iter(recorded))
             assert _compatible(recorded[kind], current[kind]), f"{module}.{name}: {recorded} -> {current}"
