@@ -327,16 +327,20 @@ def _cmd_compare(args: argparse.Namespace) -> int:
 # ----------------------------------------------------------------------------
 # the parser
 # ----------------------------------------------------------------------------
-def _subcommand(sub: Any, name: str, help: str, description: str, examples: list[str], usage: str | None = None) -> Any:
-    """One subcommand's parser, its examples in the epilog (shown by --help)."""
-    return sub.add_parser(
+def _subcommand(sub: Any, name: str, help: str, description: str, examples: list[str], prompt: bool = False) -> Any:
+    """One subcommand's parser, its examples in the epilog (shown by --help); with `prompt`,
+    it takes `[MODEL] PROMPT` (see `_add_model_prompt`)."""
+    p = sub.add_parser(
         name,
         help=help,
         description=textwrap.fill(description, 88),
-        usage=usage,
+        usage=f"interp-gpt {name} [MODEL] PROMPT [options]" if prompt else None,
         epilog="examples:\n" + "\n".join(f"  interp-gpt {name} {e}".rstrip() for e in examples),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    if prompt:
+        _add_model_prompt(p)
+    return p
 
 
 def _add_model_prompt(p: argparse.ArgumentParser) -> None:
@@ -357,9 +361,8 @@ def _add_generate(sub: Any) -> None:
             "tiny-gpt2 'ROMEO:' --max-new-tokens 80 --temperature 0.8 --top-k 40 --seed 1",
             "gpt2 'The Eiffel Tower is in' --greedy",
         ],
-        usage="interp-gpt generate [MODEL] PROMPT [options]",
+        prompt=True,
     )
-    _add_model_prompt(p)
     p.add_argument("--max-new-tokens", type=int, default=40, metavar="N", help="tokens to add (default: 40)")
     p.add_argument("--temperature", type=float, metavar="T", help="divide the logits by T before sampling (default: 1)")
     p.add_argument("--top-k", type=int, metavar="K", help="sample among the K most likely tokens only")
@@ -379,9 +382,8 @@ def _add_attention(sub: Any) -> None:
         "Run PROMPT and write one self-contained HTML page (plotly.js inside, works offline) with the attention "
         "pattern of every head, a layer menu and a head menu. Prints the path written.",
         ["'The cat sat on the mat. The cat'", "tiny-gpt2 'ROMEO: But soft' --layer 1 --head 2 --out romeo.html"],
-        usage="interp-gpt attention [MODEL] PROMPT [options]",
+        prompt=True,
     )
-    _add_model_prompt(p)
     p.add_argument("--layer", type=int, default=0, metavar="L", help="layer shown first (default: 0)")
     p.add_argument("--head", type=int, default=0, metavar="H", help="head shown first (default: 0)")
     p.add_argument(
@@ -399,9 +401,8 @@ def _add_lens(sub: Any) -> None:
         "the final LayerNorm and the unembedding. One row per prompt position, one column per layer; each cell "
         "is the top predicted next token (as a Python string literal, long ones cut with …) and its probability.",
         ["'The cat sat on the mat. The cat sat on the'", "tiny-gpt2 'KING RICHARD' --top 3"],
-        usage="interp-gpt lens [MODEL] PROMPT [options]",
+        prompt=True,
     )
-    _add_model_prompt(p)
     p.add_argument(
         "--top", type=int, default=1, metavar="N", help="show the N most likely tokens per cell (default: 1)"
     )
