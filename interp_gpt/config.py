@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -58,6 +59,9 @@ class Config:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
                 raise ValueError(f"Config: {name} must be a positive int, got {value!r}")
+        eps = self.layer_norm_eps
+        if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not math.isfinite(eps) or eps < 0:
+            raise ValueError(f"Config: layer_norm_eps must be a finite number >= 0, got {eps!r}")
         if self.act_fn not in ACT_FNS:
             raise ValueError(f"Config: act_fn={self.act_fn!r} is not one of {ACT_FNS}")
         if self.normalization_type not in ("LN", "LNPre"):

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import dataclasses
-import json
+import math
 import os
 import re
 from collections.abc import Mapping
@@ -15,7 +15,7 @@ import einops
 import torch
 from torch import Tensor
 
-from .config import Config
+from .config import ACT_FNS, Config
 from .sources import (
     _HF_BUFFER,
     CheckpointError,
@@ -24,6 +24,7 @@ from .sources import (
     _looks_like_path,
     _read_folder,
     _read_weights_file,
+    read_json_object,
     shipped_models,
 )
 
@@ -34,8 +35,41 @@ if TYPE_CHECKING:
 # ----------------------------------------------------------------------------
 # Configs
 # ----------------------------------------------------------------------------
+_MISSING = object()
+
+
+def _field(hf: Mapping[str, Any], key: str, where: str, default: Any = _MISSING, fallback: str | None = None) -> Any:
+    value = hf.get(key) if key in hf or default is _MISSING else default
+    if value is None and fallback is not None and hf.get(fallback) is not None:
+        value = hf[fallback]  # older configs name the context length n_ctx
+    if value is None and default is _MISSING:
+        raise CheckpointError(f"{where}: missing GPT-2 field {key!r}")
+    return value
+
+
+def _positive_int(hf: Mapping[str, Any], key: str, where: str, **kw: Any) -> int:
+    value = _field(hf, key, where, **kw)
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise CheckpointError(f"{where}: {key}={value!r}, expected a positive integer")
+    return value
+
+
+def _number(hf: Mapping[str, Any], key: str, where: str, default: float) -> float:
+    value = _field(hf, key, where, default)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+        raise CheckpointError(f"{where}: {key}={value!r}, expected a finite number >= 0")
+    return float(value)
+
+
 def config_from_hf(hf: Mapping[str, Any], name: str = "custom") -> Config:
-    """A `Config` from a Hugging Face GPT-2 `config.json` (any size, not only the presets)."""
+    """A `Config` from a Hugging Face GPT-2 `config.json` (any size, not only the presets).
+
+    Every field the loader uses is checked (positive integers, a finite eps >= 0, a known
+    activation): a nonsense value is a `CheckpointError` naming the field, never read as another.
+    """
+    if not isinstance(hf, Mapping):
+        raise CheckpointError(f"config.json of {name!r}: expected a JSON object, got {type(hf).__name__}")
+    where = f"config.json of {name!r}" if name != "custom" else "config.json"
     model_type = hf.get("model_type")
     archs = hf.get("architectures") or []
     if model_type != "gpt2" and not any(str(a).startswith("GPT2") for a in archs):
@@ -50,25 +84,26 @@ def config_from_hf(hf: Mapping[str, Any], name: str = "custom") -> Config:
                 f"config.json: {key}={hf[key]!r} is not supported (GPT-2 uses {plain}); "
                 "its attention scaling differs from GPT-2's"
             )
-    try:
-        d_model, n_heads = int(hf["n_embd"]), int(hf["n_head"])
-        act = hf.get("activation_function", "gelu_new")
-        act = "gelu_new" if act == "gelu_pytorch_tanh" else act  # the same function
-        return Config(
-            n_layers=int(hf["n_layer"]),
-            d_model=d_model,
-            n_heads=n_heads,
-            d_head=d_model // n_heads,
-            d_mlp=int(hf.get("n_inner") or 4 * d_model),
-            d_vocab=int(hf["vocab_size"]),
-            n_ctx=int(hf["n_positions"] if hf.get("n_positions") is not None else hf["n_ctx"]),
-            act_fn=act,
-            layer_norm_eps=float(hf.get("layer_norm_epsilon", 1e-5)),
-            init_range=float(hf.get("initializer_range", 0.02)),
-            model_name=name,
-        )
-    except KeyError as e:
-        raise CheckpointError(f"config.json: missing GPT-2 field {e.args[0]!r}") from e
+    d_model, n_heads = _positive_int(hf, "n_embd", where), _positive_int(hf, "n_head", where)
+    if d_model % n_heads:
+        raise CheckpointError(f"{where}: n_embd={d_model} is not divisible by n_head={n_heads}")
+    act = hf.get("activation_function", "gelu_new")
+    act = "gelu_new" if act == "gelu_pytorch_tanh" else act  # the same function
+    if act not in ACT_FNS:
+        raise CheckpointError(f"{where}: activation_function={act!r}, expected one of {ACT_FNS}")
+    return Config(
+        n_layers=_positive_int(hf, "n_layer", where),
+        d_model=d_model,
+        n_heads=n_heads,
+        d_head=d_model // n_heads,
+        d_mlp=4 * d_model if hf.get("n_inner") is None else _positive_int(hf, "n_inner", where),
+        d_vocab=_positive_int(hf, "vocab_size", where),
+        n_ctx=_positive_int(hf, "n_positions", where, fallback="n_ctx"),
+        act_fn=act,
+        layer_norm_eps=_number(hf, "layer_norm_epsilon", where, 1e-5),
+        init_range=_number(hf, "initializer_range", where, 0.02),
+        model_name=name,
+    )
 
 
 def _config_from_hf_tensors(sd: Mapping[str, Tensor], name: str) -> Config:
@@ -173,13 +208,15 @@ def convert_hf_gpt2_state_dict(
     misshaped: list[str] = []
 
     def take(key: str, shape: tuple[int, ...]) -> Tensor:
+        # A missing or mis-shaped tensor is listed, and stands in as a "meta" tensor (no memory):
+        # a config that lies about a size must not make us allocate what it claims.
         t = sd.pop(key, None)
         if t is None:
             missing.append(key)
-            return torch.zeros(shape)
+            return torch.empty(shape, device="meta")
         if tuple(t.shape) != shape:
             misshaped.append(f"{key}: {tuple(t.shape)}, expected {shape}")
-            return torch.zeros(shape)
+            return torch.empty(shape, device="meta")
         return t.detach() if owned else t.detach().clone()
 
     out: dict[str, Tensor] = {
@@ -213,17 +250,16 @@ def convert_hf_gpt2_state_dict(
         )
     out["ln_final.w"], out["ln_final.b"] = take("ln_f.weight", (d,)), take("ln_f.bias", (d,))
     lm_head = sd.pop("lm_head.weight", None)  # GPT-2 ties it to wte; checkpoints often omit it
-    W_E = out["embed.W_E"]
     if lm_head is not None and tuple(lm_head.shape) != (V, d):
         misshaped.append(f"lm_head.weight: {tuple(lm_head.shape)}, expected {(V, d)}")
-    else:
-        source = "lm_head.weight" if lm_head is not None else "wte.weight"
-        W_U = reader.transposed(source) if (owned and reader is not None) else None
-        if W_U is None or tuple(W_U.shape) != (d, V):
-            W_U = (W_E if lm_head is None else lm_head.detach()).T.clone(memory_format=torch.contiguous_format)
-        out["unembed.W_U"] = W_U
+    _raise_if_bad(cfg.model_name, missing, sorted(sd), misshaped)  # before W_U and b_U take memory
+    W_E = out["embed.W_E"]
+    source = "lm_head.weight" if lm_head is not None else "wte.weight"
+    W_U = reader.transposed(source) if (owned and reader is not None) else None
+    if W_U is None or tuple(W_U.shape) != (d, V):
+        W_U = (W_E if lm_head is None else lm_head.detach()).T.clone(memory_format=torch.contiguous_format)
+    out["unembed.W_U"] = W_U
     out["unembed.b_U"] = torch.zeros(V, dtype=W_E.dtype)
-    _raise_if_bad(cfg.model_name, missing, sorted(sd), misshaped)
     return out
 
 
@@ -298,7 +334,7 @@ def load_source(source: Any, config: Config | None = None) -> tuple[Config, dict
         elif path.is_file():
             weights, files = _read_weights_file(path)
             cfg_path = path.parent / "config.json"
-            hf_config = json.loads(cfg_path.read_text()) if cfg_path.exists() and path.suffix != ".json" else None
+            hf_config = read_json_object(cfg_path) if cfg_path.exists() and path.suffix != ".json" else None
             folder = path.parent
         elif isinstance(source, str) and source in shipped_models():
             folder = shipped_models()[source]

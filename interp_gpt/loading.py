@@ -28,6 +28,7 @@ from .convert import (
     convert_to_hf_gpt2_state_dict,
     load_source,
 )
+from .files import atomic_path, write_atomic
 from .model import GPT
 from .processing import (
     center_unembed,
@@ -36,7 +37,15 @@ from .processing import (
     fold_value_biases,
     process_weights,
 )
-from .sources import HUB_PRESETS, SHIPPED_DIR, CheckpointError, resolve_shipped, shipped_models
+from .sources import (
+    CONFIG_DIGEST_KEY,
+    HUB_PRESETS,
+    SHIPPED_DIR,
+    CheckpointError,
+    config_digest,
+    resolve_shipped,
+    shipped_models,
+)
 
 __all__ = [
     "CheckpointError",
@@ -64,7 +73,13 @@ from_pretrained_no_processing = GPT.from_pretrained_no_processing
 
 def save_hf_checkpoint(model: GPT, folder: str | os.PathLike) -> Path:
     """Save as a Hugging Face GPT-2 folder (config.json + model.safetensors) that
-    `transformers.GPT2LMHeadModel.from_pretrained` and `from_pretrained` here both read."""
+    `transformers.GPT2LMHeadModel.from_pretrained` and `from_pretrained` here both read.
+
+    Each file is written whole or not at all (files.py), weights first: a save that fails
+    leaves the old files as they were. The weights' metadata carries the sha256 of the
+    config.json saved with them, so a folder left with new weights and the old config (a save
+    cut off between its two files) is refused when loaded, never read as another model.
+    """
     from safetensors.torch import save_file
 
     cfg = model.cfg
@@ -95,13 +110,16 @@ def save_hf_checkpoint(model: GPT, folder: str | os.PathLike) -> Path:
         "eos_token_id": eos,
         "tie_word_embeddings": False,
     }
-    (folder / "config.json").write_text(json.dumps(hf_config, indent=2))
+    config_text = json.dumps(hf_config, indent=2)
     # A new file renamed over the old one, never the old file rewritten: a model loaded from
     # it maps its pages (see _read_weights_file) and must keep the weights it was loaded with.
-    tmp = folder / f".model.safetensors.{os.getpid()}.tmp"
+    weights = folder / "model.safetensors"
     try:
-        save_file(tensors, str(tmp), metadata={"format": "pt"})
-        os.replace(tmp, folder / "model.safetensors")
-    finally:
-        tmp.unlink(missing_ok=True)
+        with atomic_path(weights) as tmp:
+            save_file(tensors, str(tmp), metadata={"format": "pt", CONFIG_DIGEST_KEY: config_digest(config_text)})
+    except Exception as e:  # safetensors' own errors (a full disk ...) name no file
+        if isinstance(e, OSError):
+            raise
+        raise OSError(f"{weights}: could not be written ({e}); the folder is as it was") from e
+    write_atomic(folder / "config.json", config_text)
     return folder

@@ -9,11 +9,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 import torch
+from torch import Tensor
 
 from .config import Config
 from .convert import _raise_if_bad, load_source
 from .processing import process_weights
-from .sources import shipped_models
+from .sources import CheckpointError, shipped_models
 
 if TYPE_CHECKING:
     from .model import GPT, Attention
@@ -35,6 +36,7 @@ class PretrainedMixin:
         device: str | torch.device | None = None,
         config: Config | None = None,
         tokenizer: Any = "auto",
+        allow_non_finite: bool = False,
     ) -> GPT:
         """Load a GPT-2 checkpoint, processed like transformer-lens' `from_pretrained` by default.
 
@@ -44,7 +46,8 @@ class PretrainedMixin:
         `center_unembed` shifts every logit of a row by the same amount: compare processed
         models by log-probs. `tokenizer="auto"` attaches the checkpoint's own tokenizer files
         if it has them, else GPT-2's BPE (for a 50,257-token vocabulary); pass a `Tokenizer`
-        or None to choose.
+        or None to choose. A weight holding NaN or inf is refused (a `CheckpointError` naming
+        it) unless `allow_non_finite=True`, which loads it with a warning.
 
         Weights in .safetensors files are memory-mapped copy-on-write, as Hugging Face reads
         them: loading reads only W_U and W_Q/W_K/W_V (copies: see convert_hf_gpt2_state_dict),
@@ -58,6 +61,7 @@ class PretrainedMixin:
             >>> raw = GPT.from_pretrained_no_processing("./my-gpt2")   # local folder, weights as stored
         """
         cfg, sd, folder = load_source(source, config)
+        _check_finite(sd, cfg.model_name, allow_non_finite)
         # load_source's tensors are ours alone: process them where they lie (no second copy).
         sd = process_weights(sd, cfg, fold_ln, center_writing_weights, center_unembed, fold_value_biases, inplace=True)
         with torch.device("meta"):
@@ -82,6 +86,24 @@ class PretrainedMixin:
         """Load a GPT-2 checkpoint with its weights exactly as stored (no fold_ln, no centring)."""
         flags = dict(fold_ln=False, center_writing_weights=False, center_unembed=False, fold_value_biases=False)
         return cls.from_pretrained(source, **{**flags, **kwargs})
+
+
+def _check_finite(sd: dict[str, Tensor], name: str, allow: bool) -> None:
+    """Every weight finite, or a CheckpointError naming the first that is not (a warning with `allow`)."""
+    for key, t in sd.items():
+        flat = t.detach().reshape(-1)
+        for i in range(0, flat.numel(), _FINITE_CHUNK):  # a chunk at a time: no weight-sized bool copy
+            if not bool(torch.isfinite(flat[i : i + _FINITE_CHUNK]).all()):
+                bad = flat[i : i + _FINITE_CHUNK]
+                n = int((~torch.isfinite(bad)).sum())
+                msg = f"checkpoint {name!r}: tensor {key!r} holds non-finite values (NaN or inf; {n}+ of {flat.numel():,})"
+                if not allow:
+                    raise CheckpointError(msg + "; pass allow_non_finite=True to load it anyway")
+                warnings.warn(msg, stacklevel=4)
+                break
+
+
+_FINITE_CHUNK = 1 << 22
 
 
 def _auto_tokenizer(cfg: Config, folder: Path | None, from_hub: bool) -> Any:

@@ -5,6 +5,7 @@ Hugging Face hub. What is read is turned into our layout by convert.py.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -55,9 +56,17 @@ def _read_weights_file(path: Path) -> tuple[dict[str, Tensor], list[Path]]:
     if path.suffix == ".safetensors":
         from safetensors.torch import load_file
 
-        return load_file(str(path)), [path]
+        try:
+            return load_file(str(path)), [path]
+        except Exception as e:  # the safetensors library's own errors name no file
+            size = path.stat().st_size
+            raise CheckpointError(
+                f"{path}: not a readable safetensors file ({size:,} bytes; empty or truncated?): {type(e).__name__}: {e}"
+            ) from e
     if path.suffix == ".json":  # sharded safetensors index
-        index = json.loads(path.read_text())
+        index = read_json_object(path)
+        if not isinstance(index.get("weight_map"), dict):
+            raise CheckpointError(f"{path}: a sharded-weights index needs a 'weight_map' object")
         out: dict[str, Tensor] = {}
         files: list[Path] = []
         for shard in sorted(set(index["weight_map"].values())):
@@ -96,8 +105,45 @@ def _read_folder(folder: Path) -> tuple[dict[str, Tensor], dict[str, Any] | None
             weights.update(tensors)
             files += read
     config_path = folder / "config.json"
-    hf_config = json.loads(config_path.read_text()) if config_path.exists() else None
+    hf_config = read_json_object(config_path) if config_path.exists() else None
+    if hf_config is not None:
+        _check_saved_together(config_path, files)
     return weights, hf_config, files
+
+
+def read_json_object(path: Path) -> dict[str, Any]:
+    """A JSON file that must hold an object (config.json, an index): CheckpointError otherwise."""
+    try:
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise CheckpointError(f"{path}: not valid JSON ({e})") from e
+    if not isinstance(value, dict):
+        raise CheckpointError(f"{path}: expected a JSON object {{...}}, got a {type(value).__name__}")
+    return value
+
+
+# save_hf_checkpoint writes the sha256 of the config.json it saves into the weights file's metadata.
+CONFIG_DIGEST_KEY = "interp_gpt_config_sha256"
+
+
+def config_digest(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def _check_saved_together(config_path: Path, files: list[Path]) -> None:
+    """Refuse a folder whose config.json is not the one saved with its weights: a save cut off
+    between its two files (see save_hf_checkpoint) must never load as another model."""
+    from safetensors import safe_open
+
+    for f in files:
+        if f.suffix != ".safetensors":
+            continue
+        with safe_open(str(f), framework="pt") as h:
+            wanted = (h.metadata() or {}).get(CONFIG_DIGEST_KEY)
+        if wanted is not None and wanted != config_digest(config_path.read_text(encoding="utf-8")):
+            raise CheckpointError(
+                f"{config_path}: is not the config saved with {f.name} (an interrupted save?); save the model again"
+            )
 
 
 class _FileReader:

@@ -21,15 +21,20 @@ NOW = snapshot()
 
 
 def _compatible(recorded: object, current: object) -> bool:
-    """Equal, or equal but for a `**kwargs` now spelled out as keyword-only parameters
-    (every call that worked still works, and a misspelled keyword is now an error)."""
+    """Equal, or equal but for parameters added after the recorded ones that are keyword-only
+    (with a default, unless they spell out a recorded `**kwargs`): every call that worked still
+    works the same."""
     if recorded == current or not (isinstance(recorded, list) and isinstance(current, list)):
         return recorded == current
-    if not recorded or recorded[-1][1] != "VAR_KEYWORD":
+    had_kwargs = bool(recorded) and recorded[-1][1] == "VAR_KEYWORD"
+    head = recorded[:-1] if had_kwargs else recorded
+    if current[: len(head)] != head:
         return False
-    head = recorded[:-1]
-    rest = current[len(head) :]
-    return current[: len(head)] == head and all(kind == "KEYWORD_ONLY" for _, kind, _ in rest)
+    for i, (_, kind, default) in enumerate(current[len(head) :]):
+        last = i == len(current) - len(head) - 1
+        if not (kind == "KEYWORD_ONLY" and (default or had_kwargs) or (kind == "VAR_KEYWORD" and had_kwargs and last)):
+            return False
+    return True
 
 
 @pytest.mark.parametrize("module", sorted(RECORDED))
@@ -58,6 +63,10 @@ def test_spelling_out_kwargs_is_compatible_and_nothing_else_is() -> None:
     assert not _compatible(kw, [["src", "POSITIONAL_OR_KEYWORD", ""], ["fold_ln", "KEYWORD_ONLY", "True"]])
     assert not _compatible(kw, [["source", "POSITIONAL_OR_KEYWORD", ""], ["fold_ln", "POSITIONAL_OR_KEYWORD", ""]])
     assert not _compatible([["a", "POSITIONAL_OR_KEYWORD", "1"]], [["a", "POSITIONAL_OR_KEYWORD", "2"]])
+    fixed = [["a", "POSITIONAL_OR_KEYWORD", ""]]
+    assert _compatible(fixed, fixed + [["b", "KEYWORD_ONLY", "False"]])  # a new option with a default
+    assert not _compatible(fixed, fixed + [["b", "KEYWORD_ONLY", ""]])  # a new required keyword
+    assert not _compatible(fixed, fixed + [["b", "POSITIONAL_OR_KEYWORD", "False"]])
 
 
 def test_the_snapshot_sees_a_dropped_name(monkeypatch: pytest.MonkeyPatch) -> None:
