@@ -41,10 +41,12 @@ def expected_sha256(sums: Path = SHA256SUMS) -> dict[str, str]:
     if not sums.is_file():
         raise FileNotFoundError(f"{sums} not found: it lists the sha256 of the corpora (see data/README.md)")
     expected = {}
-    for line in sums.read_text(encoding="utf-8").splitlines():
-        if line.strip():
-            digest, path = line.split(maxsplit=1)
-            expected[Path(path.lstrip("*")).name] = digest.lower()
+    for number, line in enumerate(sums.read_text(encoding="utf-8").splitlines(), start=1):
+        parts = line.split(maxsplit=1)
+        if len(parts) == 2:
+            expected[Path(parts[1].lstrip("*")).name] = parts[0].lower()
+        elif parts:
+            raise ValueError(f"{sums} line {number} is not 'SHA256  PATH': {line!r}")
     return expected
 
 
