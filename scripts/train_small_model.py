@@ -7,11 +7,15 @@ interp_gpt, transformer-lens and transformers all load it like any GPT-2 checkpo
 
     python scripts/train_small_model.py                    # the shipped model
     python scripts/train_small_model.py --max-steps 20 --out /tmp/try   # a quick look
+
+The corpora ship in the repo, in data/corpus; they are checked against data/SHA256SUMS
+before anything is trained, so a run never starts on the wrong bytes.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import math
 import time
@@ -25,21 +29,48 @@ from interp_gpt.model import lm_cross_entropy_loss
 from interp_gpt.tokenizer import train_bpe_tokenizer
 
 REPO = Path(__file__).resolve().parents[1]
-DEFAULT_DATA = REPO.parent / "shared" / "data" / "corpus"
+DEFAULT_DATA = REPO / "data" / "corpus"
+SHA256SUMS = REPO / "data" / "SHA256SUMS"
 NAME = "tiny-gpt2"
 DEFAULT_OUT = REPO / "interp_gpt" / "weights" / NAME
 CORPORA = ("tinyshakespeare_input.txt", "warpeace_input.txt")
 
 
-def load_corpus(data_dir: Path) -> list[str]:
-    """The corpora as text: War and Peace loses its byte-order mark and CRLF line ends."""
-    texts = []
+def expected_sha256(sums: Path = SHA256SUMS) -> dict[str, str]:
+    """File name -> sha256 from a `sha256sum` list (paths in it are relative to data/)."""
+    if not sums.is_file():
+        raise FileNotFoundError(f"{sums} not found: it lists the sha256 of the corpora (see data/README.md)")
+    expected = {}
+    for number, line in enumerate(sums.read_text(encoding="utf-8").splitlines(), start=1):
+        parts = line.split(maxsplit=1)
+        if len(parts) == 2:
+            expected[Path(parts[1].lstrip("*")).name] = parts[0].lower()
+        elif parts:
+            raise ValueError(f"{sums} line {number} is not 'SHA256  PATH': {line!r}")
+    return expected
+
+
+def check_corpus(data_dir: Path, sums: Path = SHA256SUMS) -> None:
+    """Every corpus file is in `data_dir` with the sha256 that `sums` lists, or a clear error."""
+    expected = expected_sha256(sums)
     for name in CORPORA:
         path = data_dir / name
-        if not path.exists():
-            raise FileNotFoundError(f"--data: {path} not found (the shared data folder holds the corpora)")
-        texts.append(path.read_text(encoding="utf-8").lstrip("\ufeff").replace("\r\n", "\n"))
-    return texts
+        if name not in expected:
+            raise ValueError(f"{sums} lists no sha256 for {name}")
+        if not path.is_file():
+            raise FileNotFoundError(f"--data: corpus file {path} not found (the repo ships it in data/corpus)")
+        digest = hashlib.sha256(path.read_bytes()).hexdigest()
+        if digest != expected[name]:
+            raise ValueError(
+                f"--data: corpus file {path} has sha256 {digest}, but {sums} expects {expected[name]}: "
+                "it is not the file the shipped model was trained on (see data/README.md)"
+            )
+
+
+def load_corpus(data_dir: Path) -> list[str]:
+    """The corpora as text, after `check_corpus`: War and Peace loses its byte-order mark and CRLF line ends."""
+    check_corpus(data_dir)
+    return [(data_dir / name).read_text(encoding="utf-8").lstrip("\ufeff").replace("\r\n", "\n") for name in CORPORA]
 
 
 def split(ids: torch.Tensor, frac: float = 0.9) -> tuple[torch.Tensor, torch.Tensor]:
@@ -120,6 +151,7 @@ def train(args: argparse.Namespace) -> dict:
     n_ctx = max(ctx for ctx, _ in stages)
     total_steps = sum(steps for _, steps in stages)
     texts = load_corpus(Path(args.data))
+    print(f"corpus: {', '.join(CORPORA)} in {args.data}, sha256 as in {SHA256SUMS.name}", flush=True)
     # A byte-level BPE learned from the corpora: word-sized tokens, so a repeated name is
     # one repeated token, which is what induction heads look for; any text encodes.
     tok = train_bpe_tokenizer(texts, args.vocab, name=NAME)
@@ -240,7 +272,9 @@ def train(args: argparse.Namespace) -> dict:
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--data", default=str(DEFAULT_DATA), help="folder with the corpora")
+    p.add_argument(
+        "--data", default=str(DEFAULT_DATA), help="folder with the corpora (checked against data/SHA256SUMS)"
+    )
     p.add_argument("--out", default=str(DEFAULT_OUT), help="where to save ('' to save nothing)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument(

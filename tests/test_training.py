@@ -2,26 +2,32 @@
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import json
+import os
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 import torch
 
-from interp_gpt import from_pretrained, from_pretrained_no_processing
+from interp_gpt import GPT, from_pretrained, from_pretrained_no_processing
 from interp_gpt.loading import shipped_models
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "scripts" / "train_small_model.py"
-CORPUS = REPO.parent / "shared" / "data" / "corpus"
+DATA = REPO / "data"
+CORPUS = DATA / "corpus"
+# The two corpora and their sizes in bytes, as data/README.md describes them.
+CORPORA = {"tinyshakespeare_input.txt": 1_115_394, "warpeace_input.txt": 3_266_296}
 PREVIOUS_TOKEN_BAR = 0.5
 
 
 @pytest.fixture(scope="module")
 def script():
-    if not all((CORPUS / name).is_file() for name in ("tinyshakespeare_input.txt", "warpeace_input.txt")):
-        pytest.skip(f"training corpora not found in {CORPUS} (the shared data folder)")
     spec = importlib.util.spec_from_file_location("train_small_model", SCRIPT)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -98,6 +104,63 @@ def test_a_quick_run_stops_at_max_steps_and_saves_a_loadable_model(script, tmp_p
     # The unembedding was tied to the embedding while training: the saved W_U is W_E^T.
     torch.testing.assert_close(model.W_U, model.W_E.T, rtol=0, atol=0)
     assert model.cfg.n_ctx == 128 and model.tokenizer.vocab_size == 2048
+
+
+# ----------------------------------------------------------------------------
+# the corpora ship in the repo and are checked before training
+# ----------------------------------------------------------------------------
+def test_the_sha256_list_matches_the_corpora_in_the_repo():
+    listed = {}
+    for line in (DATA / "SHA256SUMS").read_text(encoding="utf-8").splitlines():
+        digest, path = line.split("  ")
+        listed[path] = digest
+    assert sorted(listed) == sorted(f"corpus/{name}" for name in CORPORA)
+    for path, digest in listed.items():
+        content = (DATA / path).read_bytes()
+        assert hashlib.sha256(content).hexdigest() == digest, path
+        assert len(content) == CORPORA[Path(path).name], path
+
+
+def test_the_script_reads_the_repos_corpora_by_default(script):
+    assert Path(script.parser().parse_args([]).data) == CORPUS
+    assert Path(script.SHA256SUMS) == DATA / "SHA256SUMS"
+
+
+def test_a_missing_or_changed_corpus_file_is_a_clear_error(script, tmp_path):
+    shutil.copyfile(CORPUS / "tinyshakespeare_input.txt", tmp_path / "tinyshakespeare_input.txt")
+    with pytest.raises(FileNotFoundError, match=r"corpus file .*warpeace_input\.txt not found"):
+        script.load_corpus(tmp_path)
+    original = (CORPUS / "warpeace_input.txt").read_bytes()
+    (tmp_path / "warpeace_input.txt").write_bytes(original.replace(b"\r\n", b"\n"))  # what a CRLF -> LF checkout does
+    with pytest.raises(ValueError, match=r"warpeace_input\.txt has sha256 [0-9a-f]{64}, but .*SHA256SUMS expects"):
+        script.load_corpus(tmp_path)
+
+
+def test_the_script_run_from_the_command_line_trains_and_saves_a_loadable_model(tmp_path):
+    """A fresh clone's `python scripts/train_small_model.py`, cut to 2 steps of a small model."""
+    shipped_weights = shipped_models()["tiny-gpt2"] / "model.safetensors"
+    shipped_before = hashlib.sha256(shipped_weights.read_bytes()).hexdigest()
+    out = tmp_path / "model"
+    small = ["--vocab", "1024", "--stages", "128:2", "--batch", "2", "--d-model", "32", "--heads", "2"]
+    quick = ["--max-steps", "2", "--log-every", "0", "--eval-batches", "1", "--threads", "1"]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), "--out", str(out), *small, *quick],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,  # the default corpus folder is found from the script, not the working folder
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    assert f"in {CORPUS}, sha256 as in SHA256SUMS" in done.stdout
+    assert json.loads(done.stdout.strip().splitlines()[-1])["steps"] == 2
+
+    model = GPT.from_pretrained(out)
+    assert (model.cfg.n_layers, model.cfg.d_model, model.cfg.n_ctx, model.cfg.d_vocab) == (2, 32, 128, 1024)
+    logits = model("To be, or not to be: that is the question.")
+    assert logits.shape[-1] == 1024 and bool(torch.isfinite(logits).all())
+    assert hashlib.sha256(shipped_weights.read_bytes()).hexdigest() == shipped_before  # --out was honoured
 
 
 @pytest.mark.parametrize("text", ["", "32", "32:10,x:5", "2:10", "32:-1"])
