@@ -5,12 +5,16 @@
 
 from __future__ import annotations
 
+import math
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import TYPE_CHECKING, Any, Literal
 
 import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
+from .checks import check_float, check_int
 from .text import TextMixin
 
 if TYPE_CHECKING:
@@ -44,6 +48,29 @@ class KVCache:
         self.attention_mask = new
         return None if bool(new.all()) else new
 
+    def check(self) -> None:
+        """Refuse a cache whose layers disagree with each other or with its mask."""
+        lengths = {t.shape[1] for t in self.keys + self.values if t is not None}
+        held = sum(k is not None for k in self.keys)
+        if held not in (0, len(self.keys)) or lengths - {self.length}:
+            per_layer = [None if k is None else k.shape[1] for k in self.keys]
+            raise ValueError(
+                f"past_kv_cache: its layers disagree (positions per layer {per_layer}, mask {self.length}); "
+                "it was left half-extended: start a new KVCache"
+            )
+
+    @contextmanager
+    def rollback_on_error(self) -> Iterator[None]:
+        """Around a forward: if it does not complete (a hook raises, Ctrl-C), the cache is put back
+        as it was, so the next call never attends to half a step."""
+        self.check()
+        saved = (list(self.keys), list(self.values), self.attention_mask)
+        try:
+            yield
+        except BaseException:
+            self.keys, self.values, self.attention_mask = saved
+            raise
+
     def extend(self, layer: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
         """Append this call's keys and values to layer `layer`'s and return the full ones."""
         past_k, past_v = self.keys[layer], self.values[layer]
@@ -51,6 +78,11 @@ class KVCache:
             k, v = torch.cat([past_k, k], dim=1), torch.cat([past_v, v], dim=1)
         self.keys[layer], self.values[layer] = k, v
         return k, v
+
+
+def rollback_on_error(cache: KVCache | None) -> AbstractContextManager[None]:
+    """`cache.rollback_on_error()`, or nothing to guard."""
+    return nullcontext() if cache is None else cache.rollback_on_error()
 
 
 class GenerationMixin(TextMixin):
@@ -92,14 +124,21 @@ class GenerationMixin(TextMixin):
             >>> model.generate("The cat sat on the", max_new_tokens=5, do_sample=False)
             'The cat sat on the mat, and the cat'
         """
-        if not isinstance(max_new_tokens, int) or isinstance(max_new_tokens, bool) or max_new_tokens < 0:
-            raise ValueError(f"max_new_tokens must be an int >= 0, got {max_new_tokens!r}")
-        if do_sample and not temperature > 0:
-            raise ValueError(f"temperature must be > 0 when sampling, got {temperature!r}")
-        if top_k is not None and (not isinstance(top_k, int) or top_k < 1):
-            raise ValueError(f"top_k must be a positive int or None, got {top_k!r}")
-        if top_p is not None and not 0 < top_p <= 1:
-            raise ValueError(f"top_p must be in (0, 1], got {top_p!r}")
+        check_int(max_new_tokens, "max_new_tokens", low=0)
+        check_float(temperature, "temperature", low=0.0 if do_sample else -math.inf)
+        if top_k is not None:
+            check_int(top_k, "top_k", low=1)
+        if top_p is not None:
+            check_float(top_p, "top_p", low=0.0, high=1.0)
+        if seed is not None:
+            check_int(seed, "seed", low=0, high=2**64 - 1)
+        for flag, value in (
+            ("do_sample", do_sample),
+            ("stop_at_eos", stop_at_eos),
+            ("use_past_kv_cache", use_past_kv_cache),
+        ):
+            if not isinstance(value, bool):
+                raise TypeError(f"{flag}={value!r}: expected True or False")
         if return_type not in ("input", "str", "tokens"):
             raise ValueError(f"return_type={return_type!r}, expected 'input', 'str' or 'tokens'")
         if isinstance(input, (str, list)):
@@ -121,6 +160,8 @@ class GenerationMixin(TextMixin):
             eos_token_id = self.tokenizer.eos_token_id
         if stop_at_eos and eos_token_id is None:
             raise ValueError("stop_at_eos needs an eos_token_id (this model has no tokenizer to take it from)")
+        if eos_token_id is not None:
+            check_int(eos_token_id, "eos_token_id", low=0, high=self.cfg.d_vocab - 1)
         gen = torch.Generator(device=tokens.device)
         gen.manual_seed(seed if seed is not None else int(torch.randint(0, 2**62, ()).item()))
 

@@ -9,12 +9,19 @@ transformer-lens. Backward functions see the gradient of that activation.
 `add_hook`, `reset_hooks`, the `hooks(...)` context, `run_with_hooks` and
 `run_with_cache`. Hooks added by a context or a `run_with_*` call are removed on
 every exit path: normal return, an exception raised by a hook, KeyboardInterrupt.
+
+The thread rule: hooks attached by `with model.hooks(...)`, `run_with_hooks` or
+`run_with_cache` belong to the thread that attached them and fire only in that thread's
+forward (and backward) passes, so two threads sharing a model never see each other's
+patches or caches. Hooks attached with `add_hook` (permanent or not) belong to no thread:
+they fire in every thread's passes.
 """
 
 from __future__ import annotations
 
 import difflib
 import re
+import threading
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -40,6 +47,7 @@ class _Hook:
     fn: HookFn
     is_permanent: bool = False
     active: bool = field(default=True)
+    owner: int | None = None  # the thread (threading.get_ident) it fires in; None: every thread
 
 
 class HookPoint(nn.Module):
@@ -58,10 +66,18 @@ class HookPoint(nn.Module):
         self.fwd_hooks: list[_Hook] = []
         self.bwd_hooks: list[_Hook] = []
 
-    def add_hook(self, fn: HookFn, dir: Literal["fwd", "bwd"] = "fwd", is_permanent: bool = False) -> _Hook:
+    def add_hook(
+        self,
+        fn: HookFn,
+        dir: Literal["fwd", "bwd"] = "fwd",
+        is_permanent: bool = False,
+        *,
+        thread_only: bool = False,
+    ) -> _Hook:
+        """Attach `fn`; with `thread_only` it fires only in the calling thread's passes."""
         if not callable(fn):
             raise TypeError(f"add_hook: fn must be callable, got {type(fn).__name__}")
-        handle = _Hook(fn, is_permanent)
+        handle = _Hook(fn, is_permanent, owner=threading.get_ident() if thread_only else None)
         if dir == "fwd":
             self.fwd_hooks.append(handle)
         elif dir == "bwd":
@@ -84,15 +100,22 @@ class HookPoint(nn.Module):
             for h in [h for h in hooks if including_permanent or not h.is_permanent]:
                 self.remove(h)
 
+    @staticmethod
+    def _mine(hooks: list[_Hook]) -> list[_Hook]:
+        """The hooks that fire in the calling thread: its own, and those of no thread."""
+        me = threading.get_ident()
+        return [h for h in hooks if h.owner is None or h.owner == me]
+
     @property
     def has_hooks(self) -> bool:
-        return bool(self.fwd_hooks or self.bwd_hooks)
+        """Whether a hook would fire here in the calling thread (fast paths skip this point if not)."""
+        return bool(self._mine(self.fwd_hooks) or self._mine(self.bwd_hooks))
 
     def forward(self, x: Tensor) -> Tensor:
         # The fast path: an idle hook point is a single attribute check.
         if not self.fwd_hooks and not self.bwd_hooks:
             return x
-        for h in list(self.fwd_hooks):
+        for h in self._mine(self.fwd_hooks):
             out = h.fn(x, hook=self)
             if out is None:
                 continue
@@ -101,14 +124,14 @@ class HookPoint(nn.Module):
                     f"hook {_fn_name(h.fn)} on {self.name} returned {type(out).__name__}; "
                     "a hook must return None or a Tensor"
                 )
-            if out.shape != x.shape:
+            if out.shape != x.shape or out.dtype != x.dtype:
                 raise ValueError(
-                    f"hook {_fn_name(h.fn)} on {self.name} returned shape {tuple(out.shape)}, "
-                    f"but the activation has shape {tuple(x.shape)}"
+                    f"hook {_fn_name(h.fn)} on {self.name} returned shape {tuple(out.shape)} and dtype "
+                    f"{out.dtype}, but the activation has shape {tuple(x.shape)} and dtype {x.dtype}"
                 )
             x = out
         if self.bwd_hooks and x.requires_grad:
-            for h in list(self.bwd_hooks):
+            for h in self._mine(self.bwd_hooks):  # chosen now, in the forward's thread
                 x.register_hook(_grad_hook(h, self))
         return x
 
@@ -185,14 +208,18 @@ class HookedModule(nn.Module):
         hook: HookFn,
         dir: Literal["fwd", "bwd"] = "fwd",
         is_permanent: bool = False,
+        *,
+        thread_only: bool = False,
     ) -> list[tuple[HookPoint, _Hook]]:
         """Attach `hook` to the hook point `name` (or to every name a filter accepts).
 
         Returns handles that `remove_handles` takes. Non-permanent hooks go with
         `reset_hooks()`; permanent ones only with `reset_hooks(including_permanent=True)`.
+        The hook fires in every thread's passes, or with `thread_only` in the calling
+        thread's alone (as the hooks of `hooks()` and `run_with_*` do; see the module's docs).
         """
         points = self.hook_points(name)
-        return [(hp, hp.add_hook(hook, dir=dir, is_permanent=is_permanent)) for hp in points]
+        return [(hp, hp.add_hook(hook, dir=dir, is_permanent=is_permanent, thread_only=thread_only)) for hp in points]
 
     def remove_handles(self, handles: Iterable[tuple[HookPoint, _Hook]]) -> None:
         for hp, h in handles:
@@ -212,7 +239,8 @@ class HookedModule(nn.Module):
     ) -> Iterator[HookedModule]:
         """Context in which the given hooks are attached; they go when it exits.
 
-        Contexts nest: leaving an inner one removes only the hooks it added.
+        Contexts nest: leaving an inner one removes only the hooks it added. The hooks fire
+        only in this thread's passes (another thread using the model never sees them).
 
         Example:
             >>> with model.hooks(fwd_hooks=[("blocks.0.hook_resid_pre", fn)]):
@@ -223,7 +251,7 @@ class HookedModule(nn.Module):
             for spec, direction in [(s, "fwd") for s in fwd_hooks] + [(s, "bwd") for s in bwd_hooks]:
                 if not (isinstance(spec, (tuple, list)) and len(spec) == 2):
                     raise TypeError(f"{direction}_hooks: each entry must be (name_or_filter, fn), got {spec!r}")
-                handles += self.add_hook(spec[0], spec[1], dir=direction)  # type: ignore[arg-type]
+                handles += self.add_hook(spec[0], spec[1], dir=direction, thread_only=True)  # type: ignore[arg-type]
             yield self
         finally:
             if reset_hooks_end:

@@ -26,7 +26,7 @@ from torch import Tensor, nn
 from .activations import ACTIVATIONS, IN_PLACE, add_bias, gelu_fast, gelu_new  # noqa: F401 (re-exported)
 from .checks import check_layer, check_resid
 from .config import Config
-from .generation import GenerationMixin, KVCache
+from .generation import GenerationMixin, KVCache, rollback_on_error
 from .hooks import HookedGPT, HookPoint
 from .pretrained import PretrainedMixin
 from .stacked import StackedWeightsMixin
@@ -403,26 +403,28 @@ class GPT(GenerationMixin, TextMixin, StackedWeightsMixin, PretrainedMixin, Hook
         past = 0 if past_kv_cache is None else past_kv_cache.length
         if past_kv_cache is not None and (start_at_layer is not None or stop is not None):
             raise ValueError("past_kv_cache cannot be combined with start_at_layer / stop_at_layer")
-        if start_at_layer is None:
-            tokens, attention_mask = self._tokens_and_mask(input, prepend_bos, padding_side, attention_mask, past)
-            if past_kv_cache is not None:  # the mask then covers the cached positions too
-                attention_mask = past_kv_cache.extend_mask(attention_mask, tokens)
-            if self.cfg.use_hook_tokens:
-                tokens = self.hook_tokens(tokens)
-            embed = self.hook_embed(self.embed(tokens))
-            pos_embed = self.hook_pos_embed(self.pos_embed(tokens, past, attention_mask))
-            resid = embed + pos_embed
-        else:
-            resid = check_resid(input, self.cfg.d_model, "input (with start_at_layer)")
-            tokens = None if tokens is None else self._check_tokens(tokens, arg="tokens")
-            attention_mask = None if attention_mask is None else self._check_mask(attention_mask, resid[..., 0])
+        with rollback_on_error(past_kv_cache):  # a forward cut short (an error, Ctrl-C) leaves the cache as it was
+            if start_at_layer is None:
+                tokens, attention_mask = self._tokens_and_mask(input, prepend_bos, padding_side, attention_mask, past)
+                if past_kv_cache is not None:  # the mask then covers the cached positions too
+                    attention_mask = past_kv_cache.extend_mask(attention_mask, tokens)
+                if self.cfg.use_hook_tokens:
+                    tokens = self.hook_tokens(tokens)
+                embed = self.hook_embed(self.embed(tokens))
+                pos_embed = self.hook_pos_embed(self.pos_embed(tokens, past, attention_mask))
+                resid = embed + pos_embed
+            else:
+                dtype = None if torch.is_autocast_enabled() else self.W_E.dtype  # autocast mixes dtypes on purpose
+                resid = check_resid(input, self.cfg.d_model, "input (with start_at_layer)", dtype)
+                tokens = None if tokens is None else self._check_tokens(tokens, arg="tokens")
+                attention_mask = None if attention_mask is None else self._check_mask(attention_mask, resid[..., 0])
 
-        for block in self.blocks[start:stop]:
-            resid = block(resid, attention_mask, past_kv_cache)
-        if stop is not None:
-            return resid
+            for block in self.blocks[start:stop]:
+                resid = block(resid, attention_mask, past_kv_cache)
+            if stop is not None:
+                return resid
 
-        logits = self.unembed(self.ln_final(resid))
+            logits = self.unembed(self.ln_final(resid))
         if return_type == "logits":
             return logits
         if return_type is None:
