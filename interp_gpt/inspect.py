@@ -389,11 +389,7 @@ def _logit_readout(
 
 @torch.no_grad()
 def direct_logit_attribution(
-    cache: ActivationCache,
-    answer: AnswerInput,
-    wrong: AnswerInput | None = None,
-    pos: int = -1,
-    batch: int | None = 0,
+    cache: ActivationCache, answer: AnswerInput, wrong: AnswerInput | None = None, pos: int = -1, batch: int | None = 0
 ) -> tuple[Float[Tensor, " component"], list[str]]:
     """Each component's direct contribution to the answer's logit (minus `wrong`'s) at `pos`.
 
@@ -442,11 +438,7 @@ def direct_logit_attribution(
 
 @torch.no_grad()
 def accumulated_logit_diff(
-    cache: ActivationCache,
-    answer: AnswerInput,
-    wrong: AnswerInput | None = None,
-    pos: int = -1,
-    incl_mid: bool = False,
+    cache: ActivationCache, answer: AnswerInput, wrong: AnswerInput | None = None, pos: int = -1, incl_mid: bool = False
 ) -> tuple[Float[Tensor, "layer batch"], list[str]]:
     """The logit (difference) the residual stream already holds at each layer, per prompt.
 
