@@ -1,5 +1,5 @@
 """Numbers to look at: head scores, the logit lens, residual-stream norms, direct logit
-attribution. Every function returns tensors (and labels); `plots.py` draws them.
+attribution. Every function returns tensors (and labels); `plots` draws them.
 
 Head scores, one number per (layer, head), each in [0, 1]:
 
@@ -261,8 +261,7 @@ def head_scores(
         >>> scores = head_scores(model, seq_len=20)
         >>> scores["induction"].shape               # [n_layers, n_heads]
     """
-    if not isinstance(model, GPT):
-        raise TypeError(f"head_scores: model must be a GPT, got {type(model).__name__}")
+    model = check_type(model, GPT, "model", "a GPT", "head_scores")
     if seq_len is None:
         seq_len = min(50, (model.cfg.n_ctx - 1) // 2)
     tokens = repeated_tokens(model, seq_len, batch_size, seed)

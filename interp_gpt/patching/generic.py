@@ -105,7 +105,7 @@ def _indices_from_axes(model: GPT, n_pos: int, index_axis_names: Any) -> tuple[l
 
 def _indices_from_df(model: GPT, n_pos: int, index_df: Any) -> list[list[int]]:
     if not (hasattr(index_df, "columns") and hasattr(index_df, "itertuples")):
-        raise TypeError(f"index_df: expected a pandas DataFrame of indices, got {type(index_df).__name__}")
+        raise TypeError(f"index_df must be a pandas DataFrame of indices, got {type(index_df).__name__}")
     ranges = _axis_ranges(model, n_pos)
     columns = list(index_df.columns)
     rows = [[int(v) for v in row] for row in index_df.itertuples(index=False)]
@@ -135,17 +135,14 @@ def metric_value(patching_metric: PatchingMetric, logits: Tensor) -> float:
 def _clean_activation(clean_cache: Any, name: str, activation_name: str, layer: int) -> Tensor:
     if not isinstance(clean_cache, Mapping) and not hasattr(clean_cache, "__getitem__"):
         raise TypeError(
-            f"clean_cache: expected an ActivationCache (or a dict of hook name -> tensor), got {type(clean_cache).__name__}"
+            f"clean_cache must be an ActivationCache (or a dict of hook name -> tensor), got {type(clean_cache).__name__}"
         )
     if name not in clean_cache:
         raise KeyError(
             f"clean_cache has no {name!r}, needed to patch {activation_name!r} at layer {layer}: "
             "run model.run_with_cache(clean_tokens) with a names_filter that includes it (or none)"
         )
-    act = clean_cache[name]
-    if not isinstance(act, Tensor):
-        raise TypeError(f"clean_cache[{name!r}]: expected a tensor, got {type(act).__name__}")
-    return act
+    return check_type(clean_cache[name], Tensor, f"clean_cache[{name!r}]", "a tensor")
 
 
 def _block_of(hook_name: str) -> int | None:
