@@ -188,9 +188,9 @@ def check_tokens(
     else the caller would have taken ("a string, a list of strings or a tensor of token ids")."""
     tokens = check_type(tokens, Tensor, arg, expected, caller)
     check_integer_tensor(tokens, arg, caller, hint="to run from a residual stream, pass start_at_layer")
+    check_rank(tokens, (1, 2), arg, "[posn] for one prompt, or [batch, posn]", caller)
     if tokens.ndim == 1:
         tokens = tokens[None]
-    check_rank(tokens, (2,), arg, "[batch, posn], or [posn] for one prompt", caller)
     if tokens.shape[1] == 0:
         raise ValueError(f"{_where(caller)}{arg}: got an empty sequence (shape {tuple(tokens.shape)})")
     if tokens.shape[1] + past_len > n_ctx:
