@@ -21,7 +21,6 @@ transformer-lens' `Slice` does: None (all), an int (drops the axis), a `(stop,)`
 
 from __future__ import annotations
 
-import operator
 from collections.abc import ItemsView, Iterator, KeysView, Mapping, ValuesView
 from typing import Any, Literal, Union
 
@@ -30,6 +29,7 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
+from .checks import check_int, check_integer_tensor, check_token_ids
 from .utils import get_act_name
 
 # What `pos_slice`, `batch_slice` and `neuron_slice` accept (transformer-lens' SliceInput).
@@ -55,12 +55,12 @@ def _index(s: Any, arg: str) -> int | slice | Tensor:
         if idx.is_floating_point():
             raise TypeError(f"{arg}: indices must be integers (or a boolean mask), got dtype {idx.dtype}")
         return idx
-    if not isinstance(s, bool):
-        try:
-            return operator.index(s)
-        except TypeError:
-            pass
-    raise TypeError(f"{arg}={s!r}: expected None, an int, a (start, stop[, step]) tuple, or a list / tensor of indices")
+    try:
+        return check_int(s, arg)
+    except TypeError:
+        raise TypeError(
+            f"{arg}={s!r}: expected None, an int, a (start, stop[, step]) tuple, or a list / tensor of indices"
+        ) from None
 
 
 def _take(t: Tensor, idx: int | slice | Tensor, dim: int) -> Tensor:
@@ -177,11 +177,8 @@ class ActivationCache(Mapping[str, Tensor]):
         n = self.model.cfg.n_layers
         if layer is None:
             return n
-        try:
-            value = operator.index(layer)
-        except TypeError:
-            value = None
-        if value is None or isinstance(layer, bool) or not -(n + 1) <= value <= n:
+        value = check_int(layer, arg)
+        if not -(n + 1) <= value <= n:
             raise ValueError(
                 f"{arg}={layer!r} is out of range: layers are 0..{n - 1}, and {n} (or -1, or None) "
                 f"means everything up to the unembed; other negative values count back from {n}"
@@ -470,17 +467,12 @@ class ActivationCache(Mapping[str, Tensor]):
         if isinstance(tokens, str):
             tokens = self.model.to_single_token(tokens)
         elif isinstance(tokens, Tensor):
-            if tokens.is_floating_point() or tokens.dtype == torch.bool:
-                raise TypeError(f"{arg}: token ids must be an integer tensor, got dtype {tokens.dtype}")
+            check_integer_tensor(tokens, arg)
             if tokens.numel() == 1:
                 tokens = int(tokens.item())
         elif isinstance(tokens, bool) or not isinstance(tokens, int):
             raise TypeError(f"{arg}: expected a token string, an int or a tensor of ids, got {type(tokens).__name__}")
-        ids = torch.as_tensor(tokens)
-        d_vocab = W_U.shape[-1]
-        if ids.numel() and not bool(((ids >= 0) & (ids < d_vocab)).all()):
-            bad = ids[(ids < 0) | (ids >= d_vocab)].flatten()[0].item()
-            raise ValueError(f"{arg}: token id {bad} is out of range for a vocabulary of {d_vocab} (0..{d_vocab - 1})")
+        ids = check_token_ids(torch.as_tensor(tokens), W_U.shape[-1], arg)
         return einops.rearrange(W_U[:, ids.to(W_U.device)], "d_model ... -> ... d_model")
 
     def logit_attrs(

@@ -1,90 +1,228 @@
-"""The argument checks public functions share: one place, one message style.
+"""The argument checks the public functions share: one message style, one place.
 
-Every check raises a `TypeError` or `ValueError` whose message names the argument, the
-value it got and what was expected, and returns the value normalised (e.g. a negative
-layer counted from the end, a 1-d token tensor given a batch axis).
+Every check raises with a message that names the argument, the value and what was expected:
+
+    batch=5 is out of range: the cache's 2 prompts are 0..1 (negative counts from the end)
+    tokens has shape (2, 6), expected [2, 7] ([batch, pos] of the cached patterns)
+    answer: token id 50300 is out of range for a vocabulary of 50257 (ids 0..50256)
+    cache must be an ActivationCache (from model.run_with_cache), got Tensor
+
+`caller`, where given, names the public function first ("logit_lens: batch=5 is out of
+range: ..."), so a message read at the end of a long traceback still says where it came from.
+Wrong types raise `TypeError`, wrong values `ValueError`, a missing cached activation `KeyError`.
+
+This module sits at the bottom of the package: it imports nothing from `interp_gpt`, so the
+model, the cache and everything above them can use it. The model and cache arguments of
+`check_answer_tokens` and `cached_activation` are duck-typed for the same reason.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Any
+import operator
+from collections.abc import Sequence
+from typing import Any, TypeVar
 
 import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
+__all__ = [
+    "check_int",
+    "check_int_in_range",
+    "check_index",
+    "check_layer",
+    "check_float",
+    "check_type",
+    "check_callable",
+    "check_str_list",
+    "check_integer_tensor",
+    "check_rank",
+    "check_shape",
+    "check_token_ids",
+    "check_tokens",
+    "check_mask",
+    "check_resid",
+    "check_answer_tokens",
+    "cached_activation",
+]
+
+T = TypeVar("T")
+
+
+def _where(caller: str | None) -> str:
+    return f"{caller}: " if caller else ""
+
+
+# ----------------------------------------------------------------------------
+# numbers: an int, an int in a range, an index into an axis
+# ----------------------------------------------------------------------------
+def check_int(value: Any, arg: str, caller: str | None = None) -> int:
+    """`value` as an int (a Python int, a numpy int or a 0-d integer tensor; never a bool)."""
+    if not isinstance(value, bool):
+        try:
+            return operator.index(value)
+        except TypeError:
+            pass
+    raise TypeError(f"{_where(caller)}{arg} must be an int, got {type(value).__name__} ({value!r})")
+
+
+def check_int_in_range(
+    value: Any, arg: str, low: int, high: int | None, what: str | None = None, *, caller: str | None = None
+) -> int:
+    """`value` as an int in `low..high` (both included; `high=None`: no upper bound).
+
+    `what` names the values in the message: `check_int_in_range(12, "layer", 0, 11, "layers")`
+    says "layer=12 is out of range: layers are 0..11".
+    """
+    value = check_int(value, arg, caller)
+    if low <= value and (high is None or value <= high):
+        return value
+    if high is None:
+        allowed = f"{what} must be >= {low}" if what else f"expected an int >= {low}"
+    else:
+        allowed = f"{what} are {low}..{high}" if what else f"expected {low}..{high}"
+    raise ValueError(f"{_where(caller)}{arg}={value!r} is out of range: {allowed}")
+
+
+def check_index(value: Any, size: int, arg: str, what: str, *, caller: str | None = None) -> int:
+    """`value` as an index into an axis of `size` entries, negative counting from the end; returns 0..size-1.
+
+    Example:
+        >>> check_index(-1, 12, "layer", "layers")
+        11
+        >>> check_index(12, 12, "layer", "layers")     # ValueError: layer=12 is out of range: layers are 0..11 ...
+    """
+    value = check_int(value, arg, caller)
+    if not -size <= value < size:
+        raise ValueError(
+            f"{_where(caller)}{arg}={value!r} is out of range: {what} are 0..{size - 1} (negative counts from the end)"
+        )
+    return value % size
+
 
 def check_layer(value: Any, n_layers: int, arg: str, allow_end: bool = False) -> int:
-    """A layer index in 0..n_layers-1 (or n_layers with `allow_end`); negatives count from the end."""
-    hi = n_layers if allow_end else n_layers - 1
-    if not isinstance(value, int) or isinstance(value, bool) or not -n_layers <= value <= hi:
-        raise ValueError(
-            f"{arg}={value!r} is out of range: layers are 0..{n_layers - 1} (negative counts from the end)"
-        )
-    return value % n_layers if value < 0 else value
+    """A layer index 0..n_layers-1, negative counting from the end; with `allow_end` also
+    n_layers itself (the end of the model, for start_at_layer / stop_at_layer)."""
+    if allow_end and check_int(value, arg) == n_layers:
+        return n_layers
+    return check_index(value, n_layers, arg, "layers")
 
 
-def check_int(value: Any, arg: str, low: int | None = None, high: int | None = None) -> int:
-    """An int (not a bool) in [low, high], either bound optional."""
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, int)
-        or (low is not None and value < low)
-        or (high is not None and value > high)
-    ):
-        lo = "" if low is None else f" >= {low}"
-        hi = "" if high is None else f" <= {high}"
-        raise (TypeError if not isinstance(value, int) or isinstance(value, bool) else ValueError)(
-            f"{arg}={value!r}: expected an int{lo}{' and' if lo and hi else ''}{hi}"
-        )
-    return value
-
-
-def check_float(value: Any, arg: str, low: float, high: float | None = None, low_open: bool = True) -> float:
-    """A real number (int or float, not a bool or a string) above `low` (or from it), up to `high`."""
+def check_float(value: Any, arg: str, low: float, high: float | None = None, caller: str | None = None) -> float:
+    """A finite real number (an int or a float, never a bool or a string) above `low`, up to `high`."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"{arg}={value!r}: expected a number, got {type(value).__name__}")
-    above = value > low if low_open else value >= low
-    if not math.isfinite(value) or not above or (high is not None and value > high):
-        where = f"{'>' if low_open else '>='} {low}" + ("" if high is None else f" and <= {high}")
-        raise ValueError(f"{arg}={value!r}: expected a finite number {where}")
+        raise TypeError(f"{_where(caller)}{arg} must be a number, got {type(value).__name__} ({value!r})")
+    if not math.isfinite(value) or not value > low or (high is not None and value > high):
+        allowed = f"> {low}" + ("" if high is None else f" and <= {high}")
+        raise ValueError(f"{_where(caller)}{arg}={value!r} is out of range: expected a finite number {allowed}")
     return float(value)
 
 
+# ----------------------------------------------------------------------------
+# types
+# ----------------------------------------------------------------------------
+def check_type(value: Any, cls: type[T], arg: str, expected: str, caller: str | None = None) -> T:
+    """`value` itself if it is an instance of `cls`; `expected` says what in words ("a GPT")."""
+    if not isinstance(value, cls):
+        raise TypeError(f"{_where(caller)}{arg} must be {expected}, got {type(value).__name__}")
+    return value
+
+
+def check_callable(value: Any, arg: str, expected: str = "a function", caller: str | None = None) -> Any:
+    """`value` itself if it can be called."""
+    if not callable(value):
+        raise TypeError(f"{_where(caller)}{arg} must be {expected}, got {type(value).__name__}")
+    return value
+
+
+def check_str_list(value: Any, arg: str, caller: str | None = None, example: str | None = None) -> list[str]:
+    """A sequence of strings (not one string) as a list; `example` shows where one comes from."""
+    if isinstance(value, str) or not isinstance(value, Sequence):
+        hint = f" (e.g. {example})" if example else ""
+        raise TypeError(f"{_where(caller)}{arg} must be a list of strings{hint}, got {type(value).__name__}")
+    for i, item in enumerate(value):
+        if not isinstance(item, str):
+            raise TypeError(f"{_where(caller)}{arg}[{i}] must be a str, got {type(item).__name__} ({item!r})")
+    return list(value)
+
+
+# ----------------------------------------------------------------------------
+# tensors
+# ----------------------------------------------------------------------------
+def check_integer_tensor(t: Tensor, arg: str, caller: str | None = None, hint: str | None = None) -> Tensor:
+    """`t` itself if its dtype is an integer one (token ids, indices); not float, complex or bool."""
+    if t.is_floating_point() or t.is_complex() or t.dtype == torch.bool:
+        extra = f"; {hint}" if hint else ""
+        raise TypeError(f"{_where(caller)}{arg} must hold integer token ids, got dtype {t.dtype}{extra}")
+    return t
+
+
+def _or_list(items: Sequence[int]) -> str:
+    words = [str(x) for x in items]
+    return words[0] if len(words) == 1 else ", ".join(words[:-1]) + " or " + words[-1]
+
+
+def check_rank(t: Tensor, ranks: Sequence[int], arg: str, what: str, caller: str | None = None) -> Tensor:
+    """`t` itself if it has one of `ranks` axes; `what` spells out the layouts ("[q_pos, k_pos] or ...")."""
+    if t.ndim not in ranks:
+        raise ValueError(
+            f"{_where(caller)}{arg} must have rank {_or_list(ranks)} ({what}), "
+            f"got rank {t.ndim} (shape {tuple(t.shape)})"
+        )
+    return t
+
+
+def check_shape(t: Tensor, shape: Sequence[int], arg: str, what: str, caller: str | None = None) -> Tensor:
+    """`t` itself if its shape is `shape`; `what` says where that shape comes from."""
+    if tuple(t.shape) != tuple(shape):
+        raise ValueError(f"{_where(caller)}{arg} has shape {tuple(t.shape)}, expected {list(shape)} ({what})")
+    return t
+
+
+# ----------------------------------------------------------------------------
+# token ids
+# ----------------------------------------------------------------------------
+def check_token_ids(ids: Tensor, d_vocab: int, arg: str, caller: str | None = None, axes: str | None = None) -> Tensor:
+    """`ids` itself if every id is in 0..d_vocab-1. `axes` ("batch, posn") names the axes in
+    the message, which then says where the first bad id sits."""
+    bad = (ids < 0) | (ids >= d_vocab)
+    if bool(bad.any()):
+        where = tuple(bad.nonzero()[0].tolist()) if ids.ndim else ()
+        at = f" at [{axes}] = {list(where)}" if axes and ids.ndim else ""
+        raise ValueError(
+            f"{_where(caller)}{arg}: token id {ids[where].item()}{at} is out of range for a vocabulary of "
+            f"{d_vocab} (ids 0..{d_vocab - 1})"
+        )
+    return ids
+
+
 def check_tokens(
-    tokens: Any, n_ctx: int, d_vocab: int, past_len: int = 0, arg: str = "input"
+    tokens: Any,
+    d_vocab: int,
+    n_ctx: int,
+    arg: str = "tokens",
+    past_len: int = 0,
+    caller: str | None = None,
+    expected: str = "a tensor of token ids",
 ) -> Int[Tensor, "batch posn"]:
-    """Token ids `[batch, posn]` (a `[posn]` tensor gains a batch axis), in the vocabulary and the context."""
-    if not isinstance(tokens, Tensor):
-        raise TypeError(
-            f"{arg}: expected a string, a list of strings or a tensor of token ids, got {type(tokens).__name__}"
-        )
-    if tokens.is_floating_point() or tokens.is_complex() or tokens.dtype == torch.bool:
-        raise TypeError(
-            f"{arg}: token ids must be an integer tensor, got dtype {tokens.dtype}; "
-            "to run from a residual stream, pass start_at_layer"
-        )
-    # Compare ids as int64: in a small dtype (uint8, int16) the range check itself would wrap.
-    tokens = tokens.long()
+    """Token ids `[batch, posn]` (a `[posn]` tensor gets a batch axis) that a model with this
+    vocabulary and context can run, `past_len` positions already cached. `expected` says what
+    else the caller would have taken ("a string, a list of strings or a tensor of token ids")."""
+    tokens = check_type(tokens, Tensor, arg, expected, caller)
+    check_integer_tensor(tokens, arg, caller, hint="to run from a residual stream, pass start_at_layer")
+    check_rank(tokens, (1, 2), arg, "[posn] for one prompt, or [batch, posn]", caller)
     if tokens.ndim == 1:
         tokens = tokens[None]
-    if tokens.ndim != 2:
-        raise ValueError(f"{arg}: tokens must have shape [batch, posn] or [posn], got shape {tuple(tokens.shape)}")
     if tokens.shape[1] == 0:
-        raise ValueError(f"{arg}: got an empty sequence (shape {tuple(tokens.shape)})")
+        raise ValueError(f"{_where(caller)}{arg}: got an empty sequence (shape {tuple(tokens.shape)})")
     if tokens.shape[1] + past_len > n_ctx:
         raise ValueError(
-            f"{arg}: {tokens.shape[1] + past_len} tokens is longer than the context of {n_ctx} (cfg.n_ctx)"
+            f"{_where(caller)}{arg}: {tokens.shape[1] + past_len} tokens is longer than the context of {n_ctx} "
+            "(cfg.n_ctx)"
         )
-    bad = (tokens < 0) | (tokens >= d_vocab)
-    if bad.any():
-        where = tuple(bad.nonzero()[0].tolist())
-        raise ValueError(
-            f"{arg}: token id {tokens[where].item()} at [batch, posn] = {list(where)} is out of range "
-            f"for a vocabulary of {d_vocab} (ids 0..{d_vocab - 1})"
-        )
-    return tokens
+    # Compared as int64: in a small dtype (uint8, int16) the range check itself would wrap.
+    return check_token_ids(tokens.long(), d_vocab, arg, caller, axes="batch, posn")
 
 
 def check_mask(attention_mask: Any, shape: tuple[int, ...]) -> Int[Tensor, "batch posn"]:
@@ -121,3 +259,43 @@ def check_resid(
     if dtype is not None and resid.dtype != dtype:
         raise TypeError(f"{arg}: the residual stream is {resid.dtype}, the model's weights are {dtype}; convert it")
     return resid
+
+
+def check_answer_tokens(model: Any, tokens: Any, n_batch: int, arg: str, caller: str | None = None) -> Tensor:
+    """One token id per prompt `[n_batch]`, from an id, a single-token string (read with
+    `model.to_single_token`), or one of those per prompt; one given for all is repeated."""
+    if isinstance(tokens, Tensor):
+        ids = check_integer_tensor(tokens, arg, caller).flatten().tolist()
+    elif isinstance(tokens, (str, int)) and not isinstance(tokens, bool):
+        ids = [tokens]
+    elif isinstance(tokens, Sequence):
+        ids = list(tokens)
+    else:
+        raise TypeError(
+            f"{_where(caller)}{arg} must be a token id, a single-token string, or one per prompt; "
+            f"got {type(tokens).__name__}"
+        )
+    for i, t in enumerate(ids):
+        if isinstance(t, str):
+            ids[i] = model.to_single_token(t)
+        elif isinstance(t, bool) or not isinstance(t, int):
+            raise TypeError(f"{_where(caller)}{arg} entries must be ids or strings, got {t!r}")
+    if len(ids) == 1:
+        ids = ids * n_batch
+    if len(ids) != n_batch:
+        raise ValueError(f"{_where(caller)}{arg} gives {len(ids)} tokens for a batch of {n_batch} prompts")
+    return check_token_ids(torch.tensor(ids, dtype=torch.long), model.cfg.d_vocab, arg, caller)
+
+
+# ----------------------------------------------------------------------------
+# caches
+# ----------------------------------------------------------------------------
+def cached_activation(cache: Any, name: str, caller: str | None = None) -> Tensor:
+    """The activation `name` of an ActivationCache, with the batch axis always present."""
+    if name not in cache.cache_dict:
+        raise KeyError(
+            f"{_where(caller)}the cache holds no {name!r}; run model.run_with_cache without "
+            f"names_filter, or with one that keeps {name!r}"
+        )
+    t = cache.cache_dict[name]
+    return t if cache.has_batch_dim else t[None]

@@ -14,7 +14,7 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
-from .checks import check_float, check_int
+from .checks import check_float, check_int_in_range
 from .text import TextMixin
 
 if TYPE_CHECKING:
@@ -124,14 +124,14 @@ class GenerationMixin(TextMixin):
             >>> model.generate("The cat sat on the", max_new_tokens=5, do_sample=False)
             'The cat sat on the mat, and the cat'
         """
-        check_int(max_new_tokens, "max_new_tokens", low=0)
+        check_int_in_range(max_new_tokens, "max_new_tokens", 0, None)
         check_float(temperature, "temperature", low=0.0 if do_sample else -math.inf)
         if top_k is not None:
-            check_int(top_k, "top_k", low=1)
+            check_int_in_range(top_k, "top_k", 1, None)
         if top_p is not None:
             check_float(top_p, "top_p", low=0.0, high=1.0)
         if seed is not None:
-            check_int(seed, "seed", low=0, high=2**64 - 1)
+            check_int_in_range(seed, "seed", 0, 2**64 - 1)
         for flag, value in (
             ("do_sample", do_sample),
             ("stop_at_eos", stop_at_eos),
@@ -161,7 +161,7 @@ class GenerationMixin(TextMixin):
         if stop_at_eos and eos_token_id is None:
             raise ValueError("stop_at_eos needs an eos_token_id (this model has no tokenizer to take it from)")
         if eos_token_id is not None:
-            check_int(eos_token_id, "eos_token_id", low=0, high=self.cfg.d_vocab - 1)
+            check_int_in_range(eos_token_id, "eos_token_id", 0, self.cfg.d_vocab - 1, "token ids")
         gen = torch.Generator(device=tokens.device)
         gen.manual_seed(seed if seed is not None else int(torch.randint(0, 2**62, ()).item()))
 

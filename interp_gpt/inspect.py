@@ -1,5 +1,5 @@
 """Numbers to look at: head scores, the logit lens, residual-stream norms, direct logit
-attribution. Every function returns tensors (and labels); `plots.py` draws them.
+attribution. Every function returns tensors (and labels); `plots` draws them.
 
 Head scores, one number per (layer, head), each in [0, 1]:
 
@@ -19,13 +19,12 @@ the names `ActivationCache.accumulated_resid` uses):
     direct_logit_attribution each component's direct effect on a logit (difference)
     accumulated_logit_diff   the logit difference the stream already holds at each layer
 
-`planted_heads_model` builds a 2-layer model whose heads are set by hand, so these tools
-can be checked against known answers (and the pictures show something).
+`planted_heads_model` (from `planted.py`) builds a 2-layer model whose heads are set by hand,
+so these tools can be checked against known answers (and the pictures show something).
 """
 
 from __future__ import annotations
 
-import operator
 from collections.abc import Sequence
 from typing import Any, Union
 
@@ -35,8 +34,18 @@ from jaxtyping import Float, Int
 from torch import Tensor
 
 from .cache import ActivationCache
-from .config import Config
+from .checks import (
+    cached_activation,
+    check_answer_tokens,
+    check_index,
+    check_int_in_range,
+    check_integer_tensor,
+    check_shape,
+    check_type,
+)
 from .model import GPT
+from .planted import PLANTED_ALPHABET as PLANTED_ALPHABET
+from .planted import planted_heads_model
 
 __all__ = [
     "stack_patterns",
@@ -58,100 +67,28 @@ __all__ = [
 AnswerInput = Union[int, str, Sequence[Union[int, str]], Int[Tensor, " batch"]]
 
 
-# ----------------------------------------------------------------------------
-# input checks shared by the functions below
-# ----------------------------------------------------------------------------
 def _check_cache(cache: Any, caller: str) -> ActivationCache:
-    if not isinstance(cache, ActivationCache):
-        raise TypeError(
-            f"{caller}: cache must be an ActivationCache (from model.run_with_cache), got {type(cache).__name__}"
-        )
-    return cache
-
-
-def _get(cache: ActivationCache, name: str, caller: str) -> Tensor:
-    """A cached activation, with the batch axis always present."""
-    if name not in cache.cache_dict:
-        raise KeyError(
-            f"{caller}: the cache holds no {name!r}; run model.run_with_cache without "
-            f"names_filter, or with one that keeps {name!r}"
-        )
-    t = cache.cache_dict[name]
-    return t if cache.has_batch_dim else t[None]
-
-
-def _int(value: Any, arg: str, caller: str) -> int:
-    if isinstance(value, bool):
-        raise TypeError(f"{caller}: {arg} must be an int, got {value!r}")
-    try:
-        return operator.index(value)
-    except TypeError:
-        raise TypeError(f"{caller}: {arg} must be an int, got {type(value).__name__} ({value!r})") from None
-
-
-def _in_range(value: Any, size: int, arg: str, caller: str, what: str) -> int:
-    """`value` as an index into an axis of `size` (negative counts from the end)."""
-    value = _int(value, arg, caller)
-    if not -size <= value < size:
-        raise ValueError(
-            f"{caller}: {arg}={value} is out of range: {what} are 0..{size - 1} (negative counts from the end)"
-        )
-    return value % size
+    return check_type(cache, ActivationCache, "cache", "an ActivationCache (from model.run_with_cache)", caller)
 
 
 def _batch_index(batch: int | None, size: int, caller: str) -> int | None:
-    return None if batch is None else _in_range(batch, size, "batch", caller, f"the cache's {size} prompts")
+    return None if batch is None else check_index(batch, size, "batch", f"the cache's {size} prompts", caller=caller)
 
 
-def _token_ids(model: GPT, tokens: AnswerInput, n_batch: int, arg: str, caller: str) -> Int[Tensor, " batch"]:
-    """One token id per prompt, from an id, a single-token string, or one of those per prompt."""
-    if isinstance(tokens, Tensor):
-        if tokens.is_floating_point() or tokens.dtype == torch.bool:
-            raise TypeError(f"{caller}: {arg} must hold integer token ids, got dtype {tokens.dtype}")
-        ids = tokens.flatten().tolist()
-    elif isinstance(tokens, (str, int)) and not isinstance(tokens, bool):
-        ids = [tokens]
-    elif isinstance(tokens, Sequence):
-        ids = list(tokens)
-    else:
-        raise TypeError(
-            f"{caller}: {arg} must be a token id, a single-token string, or one per prompt; got {type(tokens).__name__}"
-        )
-    out = []
-    for t in ids:
-        if isinstance(t, str):
-            t = model.to_single_token(t)
-        elif isinstance(t, bool) or not isinstance(t, int):
-            raise TypeError(f"{caller}: {arg} entries must be ids or strings, got {t!r}")
-        if not 0 <= t < model.cfg.d_vocab:
-            raise ValueError(
-                f"{caller}: {arg}: token id {t} is out of range for a vocabulary of "
-                f"{model.cfg.d_vocab} (ids 0..{model.cfg.d_vocab - 1})"
-            )
-        out.append(t)
-    if len(out) == 1:
-        out = out * n_batch
-    if len(out) != n_batch:
-        raise ValueError(f"{caller}: {arg} gives {len(out)} tokens for a batch of {n_batch} prompts")
-    return torch.tensor(out, dtype=torch.long)
+def _pos_index(pos: int, size: int, caller: str) -> int:
+    return check_index(pos, size, "pos", f"the {size} positions", caller=caller)
 
 
 def _check_tokens(tokens: Any, shape: tuple[int, int], caller: str) -> Int[Tensor, "batch pos"]:
     """Token ids shaped [batch, pos] like the cache (a [pos] tensor or list for one prompt)."""
     if isinstance(tokens, (list, tuple)):
         tokens = torch.tensor(tokens)
-    if not isinstance(tokens, Tensor):
-        raise TypeError(f"{caller}: tokens must be a tensor of token ids, got {type(tokens).__name__}")
-    if tokens.is_floating_point() or tokens.dtype == torch.bool:
-        raise TypeError(f"{caller}: tokens must be integer token ids, got dtype {tokens.dtype}")
+    tokens = check_integer_tensor(
+        check_type(tokens, Tensor, "tokens", "a tensor of token ids", caller), "tokens", caller
+    )
     if tokens.ndim == 1:
         tokens = tokens[None]
-    if tuple(tokens.shape) != shape:
-        raise ValueError(
-            f"{caller}: tokens has shape {tuple(tokens.shape)}, but the cached patterns are for "
-            f"[batch, pos] = {list(shape)}"
-        )
-    return tokens
+    return check_shape(tokens, shape, "tokens", "[batch, pos] of the cached patterns", caller)
 
 
 # ----------------------------------------------------------------------------
@@ -166,7 +103,7 @@ def stack_patterns(cache: ActivationCache) -> Float[Tensor, "n_layers batch n_he
     """
     cache = _check_cache(cache, "stack_patterns")
     n = cache.model.cfg.n_layers
-    return torch.stack([_get(cache, f"blocks.{L}.attn.hook_pattern", "stack_patterns") for L in range(n)])
+    return torch.stack([cached_activation(cache, f"blocks.{L}.attn.hook_pattern", "stack_patterns") for L in range(n)])
 
 
 def _mean_attention_to(
@@ -281,10 +218,8 @@ def repeated_tokens(
         (torch.Size([1, 7]), True)
     """
     caller = "repeated_tokens"
-    seq_len = _int(seq_len, "seq_len", caller)
-    batch_size = _int(batch_size, "batch_size", caller)
-    if seq_len < 1 or batch_size < 1:
-        raise ValueError(f"{caller}: seq_len and batch_size must be >= 1, got {seq_len} and {batch_size}")
+    seq_len = check_int_in_range(seq_len, "seq_len", 1, None, caller=caller)
+    batch_size = check_int_in_range(batch_size, "batch_size", 1, None, caller=caller)
     d_vocab, bos = model.cfg.d_vocab, model.cfg.default_prepend_bos if prepend_bos is None else prepend_bos
     special = (
         {model.tokenizer.bos_token_id, model.tokenizer.eos_token_id} if model.tokenizer is not None else {d_vocab - 1}
@@ -326,8 +261,7 @@ def head_scores(
         >>> scores = head_scores(model, seq_len=20)
         >>> scores["induction"].shape               # [n_layers, n_heads]
     """
-    if not isinstance(model, GPT):
-        raise TypeError(f"head_scores: model must be a GPT, got {type(model).__name__}")
+    model = check_type(model, GPT, "model", "a GPT", "head_scores")
     if seq_len is None:
         seq_len = min(50, (model.cfg.n_ctx - 1) // 2)
     tokens = repeated_tokens(model, seq_len, batch_size, seed)
@@ -358,16 +292,16 @@ def accumulated_resid(
     caller = "accumulated_resid"
     cache = _check_cache(cache, caller)
     n = cache.model.cfg.n_layers
-    first = _get(cache, "blocks.0.hook_resid_pre", caller)
+    first = cached_activation(cache, "blocks.0.hook_resid_pre", caller)
     b = _batch_index(batch, first.shape[0], caller)
     parts, labels = [], []
     for L in range(n):
-        parts.append(_get(cache, f"blocks.{L}.hook_resid_pre", caller)[b])
+        parts.append(cached_activation(cache, f"blocks.{L}.hook_resid_pre", caller)[b])
         labels.append(f"{L}_pre")
         if incl_mid:
-            parts.append(_get(cache, f"blocks.{L}.hook_resid_mid", caller)[b])
+            parts.append(cached_activation(cache, f"blocks.{L}.hook_resid_mid", caller)[b])
             labels.append(f"{L}_mid")
-    parts.append(_get(cache, f"blocks.{n - 1}.hook_resid_post", caller)[b])
+    parts.append(cached_activation(cache, f"blocks.{n - 1}.hook_resid_post", caller)[b])
     labels.append("final_post")
     return torch.stack(parts), labels
 
@@ -412,8 +346,8 @@ def answer_lens(
     """
     caller = "answer_lens"
     lens, labels = logit_lens(cache, batch, incl_mid)
-    p = _in_range(pos, lens.shape[1], "pos", caller, f"the {lens.shape[1]} positions")
-    answer_id = int(_token_ids(cache.model, answer, 1, "answer", caller)[0])
+    p = _pos_index(pos, lens.shape[1], caller)
+    answer_id = int(check_answer_tokens(cache.model, answer, 1, "answer", caller)[0])
     logits = lens[:, p]
     return logits[:, answer_id], logits.softmax(-1)[:, answer_id], labels
 
@@ -431,43 +365,30 @@ def resid_norms(
     return resid.norm(dim=-1), labels
 
 
-def _logit_direction(
+def _logit_readout(
     cache: ActivationCache, answer: AnswerInput, wrong: AnswerInput | None, n_batch: int, caller: str
-) -> Float[Tensor, "batch d_model"]:
-    """W_U[:, answer] (minus W_U[:, wrong]) per prompt, times ln_final's weight if it has one."""
+) -> tuple[Float[Tensor, "batch d_model"], Float[Tensor, " batch"]]:
+    """How the logit (difference) of each prompt reads the normalised final residual stream:
+    the direction W_U[:, answer] (minus W_U[:, wrong]), times ln_final's weight if it has one,
+    and the offset that ln_final's bias and b_U add (no component writes it)."""
     model = cache.model
-    W_U = model.unembed.W_U.detach()
-    direction = W_U[:, _token_ids(model, answer, n_batch, "answer", caller)].T
+    W_U, b_U = model.unembed.W_U.detach(), model.unembed.b_U.detach()
+    ids = check_answer_tokens(model, answer, n_batch, "answer", caller)
+    direction, total = W_U[:, ids].T, b_U
+    if model.ln_final.has_params:
+        total = b_U + W_U.T @ model.ln_final.b.detach()
+    offset = total[ids]
     if wrong is not None:
-        direction = direction - W_U[:, _token_ids(model, wrong, n_batch, "wrong", caller)].T
+        wrong_ids = check_answer_tokens(model, wrong, n_batch, "wrong", caller)
+        direction, offset = direction - W_U[:, wrong_ids].T, offset - total[wrong_ids]
     if model.ln_final.has_params:
         direction = direction * model.ln_final.w.detach()
-    return direction
-
-
-def _logit_offset(
-    cache: ActivationCache, answer: AnswerInput, wrong: AnswerInput | None, n_batch: int, caller: str
-) -> Float[Tensor, " batch"]:
-    """What ln_final's bias and b_U add to the logit (difference): no component writes it."""
-    model = cache.model
-    b_U = model.unembed.b_U.detach()
-    bias_dir = (
-        model.unembed.W_U.detach().T @ model.ln_final.b.detach() if model.ln_final.has_params else torch.zeros_like(b_U)
-    )
-    total = b_U + bias_dir
-    offset = total[_token_ids(model, answer, n_batch, "answer", caller)]
-    if wrong is not None:
-        offset = offset - total[_token_ids(model, wrong, n_batch, "wrong", caller)]
-    return offset
+    return direction, offset
 
 
 @torch.no_grad()
 def direct_logit_attribution(
-    cache: ActivationCache,
-    answer: AnswerInput,
-    wrong: AnswerInput | None = None,
-    pos: int = -1,
-    batch: int | None = 0,
+    cache: ActivationCache, answer: AnswerInput, wrong: AnswerInput | None = None, pos: int = -1, batch: int | None = 0
 ) -> tuple[Float[Tensor, " component"], list[str]]:
     """Each component's direct contribution to the answer's logit (minus `wrong`'s) at `pos`.
 
@@ -486,42 +407,37 @@ def direct_logit_attribution(
     caller = "direct_logit_attribution"
     cache = _check_cache(cache, caller)
     model, cfg = cache.model, cache.model.cfg
-    embed = _get(cache, "hook_embed", caller)
+    embed = cached_activation(cache, "hook_embed", caller)
     n_batch, n_pos = embed.shape[:2]
-    p = _in_range(pos, n_pos, "pos", caller, f"the {n_pos} positions")
+    p = _pos_index(pos, n_pos, caller)
     b = _batch_index(batch, n_batch, caller)
-    parts = [embed[:, p], _get(cache, "hook_pos_embed", caller)[:, p]]  # each [batch, d_model]
+    parts = [embed[:, p], cached_activation(cache, "hook_pos_embed", caller)[:, p]]  # each [batch, d_model]
     labels = ["embed", "pos_embed"]
     for L in range(cfg.n_layers):
-        z = _get(cache, f"blocks.{L}.attn.hook_z", caller)[:, p]  # [batch, head, d_head]
+        z = cached_activation(cache, f"blocks.{L}.attn.hook_z", caller)[:, p]  # [batch, head, d_head]
         W_O = model.blocks[L].attn.W_O.detach().to(z.dtype)
         heads = einops.einsum(z, W_O, "batch head d_head, head d_head d_model -> head batch d_model")
         parts += list(heads)
         labels += [f"L{L}H{h}" for h in range(cfg.n_heads)]
     for L in range(cfg.n_layers):
-        parts.append(_get(cache, f"blocks.{L}.hook_mlp_out", caller)[:, p])
+        parts.append(cached_activation(cache, f"blocks.{L}.hook_mlp_out", caller)[:, p])
         labels.append(f"L{L} MLP")
     b_O = sum(model.blocks[L].attn.b_O.detach() for L in range(cfg.n_layers))
     parts.append(b_O.expand_as(parts[0]))
     labels.append("attn biases")
     stack = torch.stack(parts)  # [component, batch, d_model]
-    scale = _get(cache, "ln_final.hook_scale", caller)[:, p]  # [batch, 1]
+    scale = cached_activation(cache, "ln_final.hook_scale", caller)[:, p]  # [batch, 1]
     normed = (stack - stack.mean(-1, keepdim=True)) / scale
-    direction = _logit_direction(cache, answer, wrong, n_batch, caller).to(normed.dtype)
-    attrs = (normed * direction).sum(-1)  # [component, batch]
-    offset = _logit_offset(cache, answer, wrong, n_batch, caller).to(attrs.dtype)
-    attrs = torch.cat([attrs, offset[None]])
+    direction, offset = _logit_readout(cache, answer, wrong, n_batch, caller)
+    attrs = (normed * direction.to(normed.dtype)).sum(-1)  # [component, batch]
+    attrs = torch.cat([attrs, offset.to(attrs.dtype)[None]])
     labels.append("unembed biases")
     return (attrs.mean(1) if b is None else attrs[:, b]), labels
 
 
 @torch.no_grad()
 def accumulated_logit_diff(
-    cache: ActivationCache,
-    answer: AnswerInput,
-    wrong: AnswerInput | None = None,
-    pos: int = -1,
-    incl_mid: bool = False,
+    cache: ActivationCache, answer: AnswerInput, wrong: AnswerInput | None = None, pos: int = -1, incl_mid: bool = False
 ) -> tuple[Float[Tensor, "layer batch"], list[str]]:
     """The logit (difference) the residual stream already holds at each layer, per prompt.
 
@@ -534,92 +450,16 @@ def accumulated_logit_diff(
     """
     caller = "accumulated_logit_diff"
     cache = _check_cache(cache, caller)
-    n_batch = _get(cache, "hook_embed", caller).shape[0]
-    answer_ids = _token_ids(cache.model, answer, n_batch, "answer", caller)
-    wrong_ids = None if wrong is None else _token_ids(cache.model, wrong, n_batch, "wrong", caller)
-    rows, labels = [], []
+    n_batch = cached_activation(cache, "hook_embed", caller).shape[0]
+    answer_ids = check_answer_tokens(cache.model, answer, n_batch, "answer", caller)
+    wrong_ids = None if wrong is None else check_answer_tokens(cache.model, wrong, n_batch, "wrong", caller)
+    rows: list[Tensor] = []
+    labels: list[str] = []
     for b in range(n_batch):
         lens, labels = logit_lens(cache, b, incl_mid)
-        p = _in_range(pos, lens.shape[1], "pos", caller, f"the {lens.shape[1]} positions")
+        p = _pos_index(pos, lens.shape[1], caller)
         value = lens[:, p, answer_ids[b]]
         if wrong_ids is not None:
             value = value - lens[:, p, wrong_ids[b]]
         rows.append(value)
     return torch.stack(rows, dim=1), labels
-
-
-# ----------------------------------------------------------------------------
-# a model with known heads
-# ----------------------------------------------------------------------------
-PLANTED_ALPHABET = "abcdefghijklmno"  # 15 characters; "<|endoftext|>" (id 15) is the 16th token
-
-
-@torch.no_grad()
-def planted_heads_model(seed: int = 0) -> GPT:
-    """A 2-layer model whose heads are set by hand, for checking inspection tools.
-
-    - L0H0 is a previous-token head, L0H1 a duplicate-token head, L1H0 an induction head
-      that copies the token it attends to into the logits (so the model predicts the
-      second half of a repeated sequence); the other heads have small random weights.
-    - The residual stream (d_model 128) has one-hot slots: dims 0-31 the position,
-      32-47 the token, 48-63 the previous token (written by L0H0), 64-79 the prediction
-      (written by L1H0); the MLPs are zero.
-    - It carries a character tokenizer over "abcdefghijklmno" (+ "<|endoftext|>" = BOS).
-
-    Example:
-        >>> model = planted_heads_model()
-        >>> scores = head_scores(model, seq_len=12)
-        >>> int(scores["induction"].argmax())        # layer 1, head 0
-        4
-    """
-    from .tokenizer import char_tokenizer
-
-    n_vocab, n_ctx = len(PLANTED_ALPHABET) + 1, 32
-    cfg = Config(
-        n_layers=2,
-        d_model=128,
-        n_heads=4,
-        d_head=48,
-        d_mlp=64,
-        d_vocab=n_vocab,
-        n_ctx=n_ctx,
-        model_name="planted-heads",
-    )
-    model = GPT(cfg, tokenizer=char_tokenizer(PLANTED_ALPHABET, name="planted"))
-    model.init_weights(seed=seed)
-    for name, p in model.named_parameters():  # start from nothing but the random heads
-        if not name.startswith("blocks.") or ".mlp." in name or name.endswith(("W_O", "b_O")):
-            p.zero_()
-    for ln in [model.ln_final] + [m for b in model.blocks for m in (b.ln1, b.ln2)]:
-        ln.w.fill_(1.0)
-    POS, TOK, PREV, PRED = 0, 32, 48, 64  # where each slot starts
-    gain = 2.0  # query and key gains: attention scores of about 20 where the pattern is wanted
-    positions, tokens = torch.arange(n_ctx), torch.arange(n_vocab)
-    model.pos_embed.W_pos[positions, POS + positions] = 1.0
-    model.embed.W_E[tokens, TOK + tokens] = 1.0
-
-    prev = model.blocks[0].attn  # head 0: the query at i matches the key at j = i - 1
-    for W in (prev.W_Q, prev.W_K, prev.W_V):
-        W[0] = 0.0
-    prev.W_Q[0, POS + positions, positions] = gain
-    prev.W_K[0, POS + positions[:-1], positions[:-1] + 1] = gain
-    prev.W_V[0, TOK + tokens, tokens] = 1.0  # ... and copies that token into the PREV slot
-    prev.W_O[0, tokens, PREV + tokens] = 1.0 / 8  # the normalised spike is ~8; back to ~1
-
-    dup = model.blocks[0].attn  # head 1: same token (+1), same position (-1): earlier copies
-    for W in (dup.W_Q, dup.W_K, dup.W_V):
-        W[1] = 0.0
-    dup.W_Q[1, TOK + tokens, tokens] = gain
-    dup.W_K[1, TOK + tokens, tokens] = gain
-    dup.W_Q[1, POS + positions, 16 + positions] = gain
-    dup.W_K[1, POS + positions, 16 + positions] = -gain
-
-    ind = model.blocks[1].attn  # head 0: query token == the key's previous token
-    for W in (ind.W_Q, ind.W_K, ind.W_V):
-        W[0] = 0.0
-    ind.W_Q[0, TOK + tokens, tokens] = gain
-    ind.W_K[0, PREV + tokens, tokens] = gain
-    ind.W_V[0, TOK + tokens, tokens] = 1.0  # copies the attended token ...
-    ind.W_O[0, tokens, PRED + tokens] = 1.0 / 6  # ... into the PRED slot
-    model.unembed.W_U[PRED + tokens, tokens] = 3.0
-    return model.eval()

@@ -26,7 +26,10 @@ class TextMixin:
 
     # Input checks (checks.py) on the model's own numbers and device; patching and compare use them too.
     def _check_tokens(self, tokens: Any, past_len: int = 0, arg: str = "input") -> Int[Tensor, "batch posn"]:
-        return check_tokens(tokens, self.cfg.n_ctx, self.cfg.d_vocab, past_len, arg).to(self.W_E.device)
+        expected = "a string, a list of strings or a tensor of token ids"
+        return check_tokens(tokens, self.cfg.d_vocab, self.cfg.n_ctx, arg, past_len, expected=expected).to(
+            self.W_E.device
+        )
 
     def _check_mask(self, attention_mask: Any, like: Tensor) -> Int[Tensor, "batch posn"]:
         return check_mask(attention_mask, tuple(like.shape[:2])).to(self.W_E.device)

@@ -376,7 +376,9 @@ def test_attribution_shapes_follow_the_sweeps(tiny_model, tiny_tokens):
         "dest_pos": n_pos,
         "src_pos": n_pos,
     }
-    for sweep, (_, _, axes, _) in patching._ATTRIBUTION_SWEEPS.items():
+    from interp_gpt.patching.attribution import _ATTRIBUTION_SWEEPS
+
+    for sweep, (_, _, axes, _) in _ATTRIBUTION_SWEEPS.items():
         assert tuple(result[sweep].shape) == tuple(expected[a] for a in axes), sweep
     assert result.clean_metric != result.corrupted_metric
 
@@ -441,7 +443,7 @@ def test_bad_input_errors_name_argument_value_and_expectation(tiny_model, tiny_t
         ValueError, match=r"clean_cache\['blocks\.0\.hook_resid_pre'\] has shape \(2, 7, 64\).*\(2, 6, 64\).*same shape"
     ):
         patching.get_act_patch_resid_pre(tiny_model, corrupted, cache, tl_style_metric, progress=False)
-    with pytest.raises(ValueError, match=r"clean_input has shape \(2, 7\) and corrupted_input \(2, 6\)"):
+    with pytest.raises(ValueError, match=r"corrupted_input has shape \(2, 6\), expected \[2, 7\] \(clean_input's"):
         patching.attribution_patch(tiny_model, tiny_tokens, corrupted, tl_style_metric)
 
     _, cache = tiny_model.run_with_cache(corrupted)
@@ -452,8 +454,8 @@ def test_bad_input_errors_name_argument_value_and_expectation(tiny_model, tiny_t
 
     pd = pytest.importorskip("pandas")
     for rows, message in [
-        ([(2, 0)], r"layer=2 is out of range, layers are 0\.\.1"),
-        ([(0, 6)], r"pos=6 is out of range, positions are 0\.\.5"),
+        ([(2, 0)], r"index_df row 0: layer=2 is out of range: layers are 0\.\.1"),
+        ([(0, 6)], r"index_df row 0: pos=6 is out of range: positions are 0\.\.5"),
         ([(-1, 0)], r"layer=-1 is out of range"),
     ]:
         with pytest.raises(ValueError, match=message):
@@ -465,7 +467,7 @@ def test_bad_input_errors_name_argument_value_and_expectation(tiny_model, tiny_t
                 index_df=pd.DataFrame(rows, columns=["layer", "pos"]),
                 progress=False,
             )
-    with pytest.raises(ValueError, match=r"index_df row 1: head=4 is out of range, heads are 0\.\.3"):
+    with pytest.raises(ValueError, match=r"index_df row 1: head=4 is out of range: heads are 0\.\.3"):
         patching.get_act_patch_attn_head_out_all_pos(
             tiny_model,
             corrupted,
@@ -478,8 +480,10 @@ def test_bad_input_errors_name_argument_value_and_expectation(tiny_model, tiny_t
     _, partial_cache = tiny_model.run_with_cache(corrupted, names_filter=lambda n: n.endswith("hook_resid_pre"))
     with pytest.raises(KeyError, match=r"clean_cache has no 'blocks\.0\.hook_attn_out'"):
         patching.get_act_patch_attn_out(tiny_model, corrupted, partial_cache, tl_style_metric, progress=False)
-    with pytest.raises(ValueError, match=r"batch_size=0"):
+    with pytest.raises(ValueError, match=r"batch_size=0 is out of range: patched copies per forward must be >= 1"):
         patching.get_act_patch_attn_out(tiny_model, corrupted, cache, tl_style_metric, batch_size=0)
+    with pytest.raises(TypeError, match=r"batch_size must be an int, got float \(2\.0\)"):
+        patching.get_act_patch_attn_out(tiny_model, corrupted, cache, tl_style_metric, batch_size=2.0)
     with pytest.raises(ValueError, match="not both"):
         patching.generic_activation_patch(
             tiny_model,

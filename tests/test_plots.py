@@ -209,7 +209,9 @@ def test_head_scores_heatmap() -> None:
     assert (fig.layout.coloraxis.cmin, fig.layout.coloraxis.cmax) == (0.0, 1.0)
     one = plots.head_scores_heatmap(scores["induction"], title="Induction")
     assert len(one.data) == 1 and one.layout.title.text == "Induction"
-    with pytest.raises(ValueError, match=r"scores must be \[n_layers, n_heads\].*got shape \(5,\)"):
+    with pytest.raises(
+        ValueError, match=r"scores must have rank 2 or 3 \(\[n_layers, n_heads\].*got rank 1 \(shape \(5,\)\)"
+    ):
         plots.head_scores_heatmap(torch.rand(5))
     with pytest.raises(ValueError, match="same \\[n_layers, n_heads\\] shape"):
         plots.head_scores_heatmap({"a": torch.rand(2, 4), "b": torch.rand(3, 4)})
@@ -238,7 +240,9 @@ def test_patching_heatmaps(cached: tuple[torch.Tensor, Any]) -> None:
         plots.patching_heatmap(torch.randn(2, 6), STR_TOKENS)
     with pytest.raises(ValueError, match=r"titles has 2 entries for 3 panels"):
         plots.patching_heatmap(stack, STR_TOKENS, titles=["a", "b"])
-    with pytest.raises(ValueError, match=r"results must be \[n_layers, n_heads\].*got shape \(1, 2, 3, 4\)"):
+    with pytest.raises(
+        ValueError, match=r"results must have rank 2 or 3 \(\[n_layers, n_heads\].*got rank 4 \(shape \(1, 2, 3, 4\)\)"
+    ):
         plots.head_patching_heatmap(torch.randn(1, 2, 3, 4))
 
 
@@ -307,6 +311,8 @@ def test_dla_bar_and_accumulated_resid_plot(cached: tuple[torch.Tensor, Any]) ->
     assert_every_axis_titled(fig)
     with pytest.raises(ValueError, match="prompt_labels has 1 entries for 2 prompts"):
         plots.accumulated_resid_plot(cache, 3, 7, prompt_labels=["only one"])
+    with pytest.raises(TypeError, match=r"prompt_labels must be a list of strings.*got str"):
+        plots.accumulated_resid_plot(cache, 3, 7, prompt_labels="first")
 
 
 def test_patching_heatmaps_draw_the_patching_modules_results(tiny_model: GPT, tiny_tokens: torch.Tensor) -> None:
