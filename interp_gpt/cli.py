@@ -192,6 +192,8 @@ def _cmd_generate(args: argparse.Namespace) -> int:
         raise UsageError(f"--temperature must be > 0, got {args.temperature}")
     if args.top_p is not None and not 0 < args.top_p <= 1:
         raise UsageError(f"--top-p must be in (0, 1], got {args.top_p}")
+    if args.seed is not None and not 0 <= args.seed < 2**64:
+        raise UsageError(f"--seed must be in 0..2**64-1, got {args.seed}")
     sampling = [
         o
         for o, v in (("--temperature", args.temperature), ("--top-k", args.top_k), ("--top-p", args.top_p))
@@ -479,7 +481,7 @@ def main(argv: list[str] | None = None) -> int:
             )
             return 2
         raise
-    except (OSError, ValueError) as e:
+    except (OSError, ValueError, TypeError) as e:
         print(f"error: {' '.join(str(e).split())}", file=sys.stderr)  # one line, whatever the message
         return 2
 

