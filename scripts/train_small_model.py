@@ -24,6 +24,7 @@ from pathlib import Path
 import torch
 
 from interp_gpt import GPT, Config, save_hf_checkpoint
+from interp_gpt.files import write_atomic
 from interp_gpt.inspect import head_scores
 from interp_gpt.model import lm_cross_entropy_loss
 from interp_gpt.tokenizer import train_bpe_tokenizer
@@ -262,9 +263,11 @@ def train(args: argparse.Namespace) -> dict:
     }
     if args.out:
         out = Path(args.out)
+        # Every file whole or not at all (interp_gpt.files): weights with their config, the tokenizer
+        # with its sidecar, each pair pinned by a sha256 that loading checks.
         save_hf_checkpoint(model, out)
         tok.save(out)
-        (out / "training.json").write_text(json.dumps(summary, indent=2))
+        write_atomic(out / "training.json", json.dumps(summary, indent=2))
         print(f"saved to {out}")
     print(json.dumps({k: v for k, v in summary.items() if k != "config"}))
     return summary

@@ -8,7 +8,11 @@ bar off, which changes nothing but their speed (they read the metric with `.item
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import itertools
+import re
+import threading
 
 import pytest
 import torch
@@ -319,7 +323,7 @@ def test_attribution_is_exact_where_the_metric_is_linear(tiny_model):
 
     freeze_scale = ("ln_final.hook_scale", lambda scale, hook: torch.ones_like(scale))
     last = tiny_model.cfg.n_layers - 1
-    with tiny_model.hooks(fwd_hooks=[freeze_scale]):
+    with tiny_model.hooks(fwd_hooks=[freeze_scale]), pytest.warns(UserWarning, match="ln_final.hook_scale"):
         result = patching.attribution_patch(tiny_model, clean, corrupted, metric)
         _, clean_cache = tiny_model.run_with_cache(clean)
         exact = {}
@@ -417,9 +421,10 @@ def test_user_hooks_stay_and_apply_once(tiny_model, tiny_tokens):
     shift = torch.randn(tiny_model.cfg.d_model, generator=torch.Generator().manual_seed(0))
     handles = tiny_model.add_hook("blocks.1.hook_resid_pre", lambda x, hook: x + shift)
     try:
-        hooked = patching.get_act_patch_resid_mid(
-            tiny_model, tiny_tokens.flip(1), cache, tl_style_metric, progress=False
-        )
+        with pytest.warns(UserWarning, match=r"blocks\.1\.hook_resid_pre"):  # runs unbatched, and says so
+            hooked = patching.get_act_patch_resid_mid(
+                tiny_model, tiny_tokens.flip(1), cache, tl_style_metric, progress=False
+            )
         assert tiny_model.hook_dict["blocks.1.hook_resid_pre"].fwd_hooks  # still there
     finally:
         tiny_model.remove_handles(handles)
@@ -434,6 +439,172 @@ def test_user_hooks_stay_and_apply_once(tiny_model, tiny_tokens):
             tiny_model.blocks[0].mlp.b_out -= shift
     # Applied twice (once in the shared prefix, once in the patched run), layer 1 would differ.
     torch.testing.assert_close(hooked, folded, atol=1e-5, rtol=1e-5)
+
+
+# ----------------------------------------------------------------------------
+# The user's own hooks see exactly one patched run: no stacked copies, no skipped layers
+# ----------------------------------------------------------------------------
+MIXED = "blocks.1.hook_resid_mid"  # before layer 1's MLP: after every patch point of layer 0 and most of layer 1
+
+
+def mean_over_batch(x, hook):
+    """A mean ablation over the batch: every row becomes the batch's mean (it mixes rows)."""
+    return torch.zeros_like(x) + x.mean(0, keepdim=True)
+
+
+def _each_patch_alone(model, corrupted, clean_cache, metric, sweep):
+    """The reference: one `run_with_hooks` per index with the sweep's setter as the only hook
+    of our own, in index order (as transformer-lens runs a sweep)."""
+    from interp_gpt.patching.sweeps import SWEEPS as TABLE
+    from interp_gpt.utils import get_act_name
+
+    activation, setter, axes, _ = TABLE[sweep]
+    n_heads = model.cfg.n_heads
+    sizes = {"layer": model.cfg.n_layers, "head": n_heads, "head_index": n_heads}
+    shape = [sizes.get(axis, corrupted.shape[1]) for axis in axes]
+    values = []
+    for index in itertools.product(*[range(n) for n in shape]):
+        name = get_act_name(activation, index[0])
+
+        def patch(act, hook, index=index, clean=clean_cache[name]):
+            return setter(act, list(index), clean)
+
+        with torch.no_grad():
+            values.append(float(metric(model.run_with_hooks(corrupted, fwd_hooks=[(name, patch)]))))
+    return torch.tensor(values).reshape(shape)
+
+
+def _batch_sizes(model):
+    """Record the batch axis of every forward (a torch module hook: not a hook point of ours)."""
+    sizes = []
+    handle = model.register_forward_pre_hook(lambda m, args, kwargs: sizes.append(args[0].shape[0]), with_kwargs=True)
+    return sizes, handle
+
+
+@pytest.mark.parametrize("attach", ["add_hook", "context"])
+@pytest.mark.parametrize("sweep", ["resid_pre", "mlp_out", "attn_head_pattern_by_pos", "attn_head_v_all_pos"])
+def test_a_user_hook_that_mixes_the_batch_sees_one_patched_run(tiny_model, sweep, attach):
+    clean, corrupted = _tokens(2, 6, 21), _tokens(2, 6, 22)
+    _, cache = tiny_model.run_with_cache(clean)
+    fn = getattr(patching, f"get_act_patch_{sweep}")
+    sizes, counter = _batch_sizes(tiny_model)
+    with contextlib.ExitStack() as stack:
+        stack.callback(counter.remove)
+        if attach == "add_hook":
+            handles = tiny_model.add_hook(MIXED, mean_over_batch, is_permanent=True)
+            stack.callback(tiny_model.remove_handles, handles)
+        else:
+            stack.enter_context(tiny_model.hooks(fwd_hooks=[(MIXED, mean_over_batch)]))
+        with pytest.warns(UserWarning, match=rf"forward hooks are attached at {re.escape(MIXED)}, so each patch") as w:
+            ours = fn(tiny_model, corrupted, cache, tl_style_metric, progress=False)
+        assert len(w) == 1
+        assert [hp.name for hp in _all_hook_points(tiny_model) if hp.fwd_hooks] == [MIXED]  # the user's, alone
+        n_forwards = len(sizes)
+        reference = _each_patch_alone(tiny_model, corrupted, cache, tl_style_metric, sweep)
+    assert torch.equal(ours, reference)
+    # One forward of the user's batch per patch (after the one corrupted run), nothing stacked.
+    assert sizes[:n_forwards] == [2] * (1 + ours.numel())
+    # The hook matters: without it the numbers differ, well above float error.
+    plain = fn(tiny_model, corrupted, cache, tl_style_metric, progress=False)
+    assert (plain - reference).abs().max() > 1e-4
+
+
+def test_without_user_hooks_the_sweep_stays_batched(tiny_model, recwarn):
+    clean, corrupted = _tokens(2, 6, 21), _tokens(2, 6, 22)
+    _, cache = tiny_model.run_with_cache(clean)
+    sizes, counter = _batch_sizes(tiny_model)
+    try:
+        batched = patching.get_act_patch_resid_pre(tiny_model, corrupted, cache, tl_style_metric, progress=False)
+    finally:
+        counter.remove()
+    assert len(sizes) == 1 + tiny_model.cfg.n_layers  # the corrupted run, then one forward per layer
+    assert max(sizes) == 2 * 6  # six copies of the 2-row batch in each
+    assert not [w for w in recwarn if "activation patching" in str(w.message)]
+    reference = _each_patch_alone(tiny_model, corrupted, cache, tl_style_metric, "resid_pre")
+    torch.testing.assert_close(batched, reference, atol=2e-6, rtol=0)
+
+
+def test_another_threads_context_hooks_do_not_unbatch_the_sweep(tiny_model, recwarn):
+    """Hooks a context attaches in another thread fire there only: this thread's sweep stays
+    batched, does not warn, and gives the result of a model with no hooks at all."""
+    clean, corrupted = _tokens(2, 6, 21), _tokens(2, 6, 22)
+    _, cache = tiny_model.run_with_cache(clean)
+    plain = patching.get_act_patch_resid_pre(tiny_model, corrupted, cache, tl_style_metric, progress=False)
+    attached, done = threading.Event(), threading.Event()
+
+    def other_thread():
+        with tiny_model.hooks(fwd_hooks=[(MIXED, mean_over_batch)]):
+            attached.set()
+            done.wait(30)
+
+    thread = threading.Thread(target=other_thread)
+    thread.start()
+    sizes, counter = _batch_sizes(tiny_model)
+    try:
+        assert attached.wait(30) and tiny_model.hook_dict[MIXED].fwd_hooks
+        ours = patching.get_act_patch_resid_pre(tiny_model, corrupted, cache, tl_style_metric, progress=False)
+    finally:
+        counter.remove()
+        done.set()
+        thread.join()
+    assert max(sizes) == 2 * 6
+    assert not [w for w in recwarn if "activation patching" in str(w.message)]
+    assert torch.equal(ours, plain)
+
+
+@pytest.mark.parametrize("attach", ["add_hook", "context"])
+def test_a_raising_metric_leaves_the_users_hooks_and_no_other(tiny_model, tiny_tokens, attach):
+    _, cache = tiny_model.run_with_cache(tiny_tokens)
+
+    def broken(logits):
+        raise RuntimeError("metric failed")
+
+    def unchanged(x, hook):
+        return None
+
+    handles = tiny_model.add_hook(MIXED, unchanged) if attach == "add_hook" else []
+    with contextlib.ExitStack() as stack:
+        if attach == "context":
+            stack.enter_context(tiny_model.hooks(fwd_hooks=[(MIXED, unchanged)]))
+        for name in ["resid_pre", "attn_head_pattern_dest_src_pos", "attn_head_q_all_pos", "block_every"]:
+            with pytest.raises(RuntimeError, match="metric failed"), pytest.warns(UserWarning, match=MIXED):
+                getattr(patching, f"get_act_patch_{name}")(tiny_model, tiny_tokens, cache, broken, progress=False)
+            hooked = [(hp.name, [h.fn for h in hp.fwd_hooks]) for hp in _all_hook_points(tiny_model) if hp.fwd_hooks]
+            assert hooked == [(MIXED, [unchanged])], name
+            assert not any(hp.bwd_hooks for hp in _all_hook_points(tiny_model))
+    tiny_model.remove_handles(handles)
+    _assert_no_hooks(tiny_model)
+
+
+def test_attribution_with_a_batch_mixing_hook_is_exact_where_the_metric_is_linear(tiny_model):
+    """Attribution patching runs the clean and the corrupted input in forwards of their own,
+    so a user's hook that mixes the batch sees what it sees in a plain run. With the final
+    LayerNorm's scale frozen, the last layer's resid_post estimate is then exactly the effect
+    of patching each position alone (the reference: one run_with_hooks per position)."""
+    clean, corrupted = _tokens(2, 6, 23), _tokens(2, 6, 24)
+
+    def metric(logits):  # linear in the logits
+        return (logits[:, :, A] - logits[:, :, B]).mean()
+
+    last = tiny_model.cfg.n_layers - 1
+    name = f"blocks.{last}.hook_resid_post"
+    user_hooks = [("ln_final.hook_scale", lambda scale, hook: torch.ones_like(scale)), (MIXED, mean_over_batch)]
+    with tiny_model.hooks(fwd_hooks=user_hooks):
+        result = patching.attribution_patch(tiny_model, clean, corrupted, metric, sweeps=["resid_post"])
+        _, clean_cache = tiny_model.run_with_cache(clean)
+        with torch.no_grad():
+            corrupted_metric = metric(tiny_model(corrupted)).item()
+            exact = []
+            for pos in range(6):
+
+                def patch(act, hook, pos=pos):
+                    return patching.layer_pos_patch_setter(act, [last, pos], clean_cache[name])
+
+                exact.append(metric(tiny_model.run_with_hooks(corrupted, fwd_hooks=[(name, patch)])).item())
+    exact = [e - corrupted_metric for e in exact]
+    assert result.corrupted_metric == pytest.approx(corrupted_metric, abs=1e-6)
+    torch.testing.assert_close(result["resid_post"][last], torch.tensor(exact), atol=1e-6, rtol=1e-4)
+    assert min(abs(e) for e in exact) > 2e-5
 
 
 def test_bad_input_errors_name_argument_value_and_expectation(tiny_model, tiny_tokens):

@@ -14,13 +14,23 @@ of the corrupted input run in one batched forward:
 For the built-in setters a patch at position `p` cannot change any position before `p`
 (attention is causal), so those logit rows are taken from the corrupted run and only
 positions `p..` go through the (large) unembedding.
+
+Hooks the user attached (`model.add_hook`, an enclosing `with model.hooks(...)`) would see
+every stacked copy, and the skipped layers and positions, so a hook that mixes the batch
+(a mean ablation) or the positions would change the result. When any forward hook would
+fire in the calling thread, the sweep warns, naming the hook points, and runs each patch
+alone: one full forward of the user's batch per index, in index order, exactly what
+`model.run_with_hooks(corrupted_tokens, fwd_hooks=[(name, setter_hook)])` per index gives.
 """
 
 from __future__ import annotations
 
 import itertools
 import math
+import os
 import re
+import sys
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal
 
@@ -31,6 +41,7 @@ from tqdm.auto import tqdm  # type: ignore[import-untyped]
 
 from ..cache import ActivationCache
 from ..checks import check_callable, check_int_in_range, check_tokens, check_type
+from ..hooks import HookPoint
 from ..model import GPT
 from ..utils import get_act_name
 from .setters import PatchSetter, first_changed_pos
@@ -44,6 +55,7 @@ PatchingMetric = Callable[[Float[Tensor, "batch pos d_vocab"]], Any]
 # large enough that the matmuls run at full speed, small enough that the logits
 # (rows x d_vocab floats, ~0.8 GB for GPT-2 at 4096 rows) stay modest.
 DEFAULT_ROWS_PER_FORWARD = 4096
+_HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def make_df_from_ranges(column_max_ranges: Sequence[int], column_names: Sequence[str]) -> Any:
@@ -187,6 +199,7 @@ def generic_activation_patch(
         return_index_df: also return the DataFrame of indices.
         batch_size: patched copies per forward (each `corrupted_tokens.shape[0]` rows);
             default: as many as fit in about 4096 token rows. Results do not depend on it.
+            While forward hooks of the user's are attached it is 1, with a warning (see above).
         progress: show a tqdm progress bar.
 
     Returns:
@@ -247,6 +260,30 @@ def generic_activation_patch(
     return result, index_df
 
 
+def user_hooked_points(model: GPT) -> list[str]:
+    """The hook points where a forward hook would fire in the calling thread: the user's own
+    (permanent, `add_hook`, or an enclosing `hooks()` context); another thread's context
+    hooks do not fire here and do not count."""
+    return [name for name, hp in model.hook_dict.items() if HookPoint._mine(hp.fwd_hooks)]
+
+
+def warn_unbatched(hooked: list[str]) -> None:
+    """Say that a sweep runs unbatched because of the hook points `hooked`. The message does not
+    vary with the sweep, so the default filter shows it once per call site (an `_every` once).
+    Every batched sweep follows the rule: user hooks attached -> one patch per forward."""
+    shown = ", ".join(hooked[:5]) + (f" and {len(hooked) - 5} more" if len(hooked) > 5 else "")
+    # Point the warning at the user's line: the first frame outside this package.
+    level, frame = 1, sys._getframe(0)  # stacklevel 1 is this function's own frame
+    while os.path.dirname(os.path.abspath(frame.f_code.co_filename)) == _HERE and frame.f_back is not None:
+        level, frame = level + 1, frame.f_back
+    warnings.warn(
+        f"activation patching: forward hooks are attached at {shown}, so each patch runs in a forward "
+        "of its own (not batched) and those hooks see exactly what one patched run shows them; "
+        "remove them for the batched sweep",
+        stacklevel=level,
+    )
+
+
 def _run_sweep(
     model: GPT,
     tokens: Tensor,
@@ -262,16 +299,17 @@ def _run_sweep(
     """The metric for every index, in the order of `indices`."""
     n_batch = tokens.shape[0]
     values: list[float] = [math.nan] * len(indices)
+    # Stacked copies would change what the user's own hooks see: with any, no batching.
+    hooked = user_hooked_points(model)
+    if hooked:
+        warn_unbatched(hooked)
 
     # Where the patched copies start: layer L's copies take the residual stream that leaves
-    # layer L-1 (after any hooks a user attached there, so none fires twice) and run layers
-    # L.. only. Copies of a patch outside the blocks (or at layer 0) start from the tokens.
-    start_layer = {layer: _block_of(name) for layer, name in hook_names.items()}
+    # layer L-1 in the corrupted run and run layers L.. only. Copies of a patch outside the
+    # blocks (or at layer 0), and every patch when hooks are attached, start from the tokens.
+    start_layer = {layer: None if hooked else _block_of(name) for layer, name in hook_names.items()}
     entry_names = sorted({f"blocks.{s - 1}.hook_resid_post" for s in start_layer.values() if s})
     first_changed = {layer: first_changed_pos(patch_setter, name) for layer, name in hook_names.items()}
-    # Reusing the corrupted logits before the first changed position is safe only when
-    # nobody hooks the final LayerNorm / unembedding (such a hook could mix positions).
-    final_hooked = any(model.hook_dict[n].has_hooks for n in model.hook_dict if n.startswith(("ln_final.", "unembed.")))
 
     bar = tqdm(total=len(indices), desc=desc, disable=not progress)
     try:
@@ -291,16 +329,26 @@ def _run_sweep(
                     )
                 clean_acts[layer] = clean.to(ours.device)
 
+            if hooked:  # 2'. One forward per patch, in index order, as transformer-lens runs them.
+                for c, index in enumerate(indices):
+                    layer = index[0]
+                    args = (tokens, corrupted, corrupted_logits, None, hook_names[layer], clean_acts[layer])
+                    logits = _patched_logits(model, *args, [index], patch_setter, None)
+                    values[c] = metric_value(patching_metric, logits)
+                    bar.update(1)
+                return values
+
             # 2. Per layer, chunks of `batch_size` copies, one batched forward each.
             order = sorted(range(len(indices)), key=lambda c: indices[c][0])
             for layer, same_layer in itertools.groupby(order, key=lambda c: indices[c][0]):
                 group = list(same_layer)
                 first = first_changed[layer]
-                shortcut = first is not None and start_layer[layer] is not None and not final_hooked
                 for lo in range(0, len(group), batch_size):
                     chunk = group[lo : lo + batch_size]
                     chunk_indices = [indices[c] for c in chunk]
-                    start_pos = [first(i) for i in chunk_indices] if first is not None and shortcut else None
+                    start_pos = None
+                    if first is not None and start_layer[layer] is not None:
+                        start_pos = [first(i) for i in chunk_indices]
                     logits = _patched_logits(
                         model,
                         tokens,
@@ -337,17 +385,23 @@ def _patched_logits(
     n_copies = len(chunk_indices)
     n_batch, n_pos = tokens.shape
 
+    def patched(rows: Tensor, index: list[int]) -> Tensor:
+        out = patch_setter(rows, index, clean_act)
+        if out is not rows and not (isinstance(out, Tensor) and out.shape == rows.shape):
+            got = tuple(out.shape) if isinstance(out, Tensor) else type(out).__name__
+            raise ValueError(
+                f"patch_setter returned {got} for {hook_name} at index {index}; expected a tensor "
+                f"of shape {tuple(rows.shape)}"
+            )
+        return out
+
     def patch(activation: Tensor, hook: Any) -> Tensor:
+        if n_copies == 1:  # the setter's result replaces the activation, as in a hook of one's own
+            return patched(activation, chunk_indices[0])
         for i, index in enumerate(chunk_indices):
             rows = activation[i * n_batch : (i + 1) * n_batch]  # a view: in-place setters write through
-            out = patch_setter(rows, index, clean_act)
+            out = patched(rows, index)
             if out is not rows:
-                if not isinstance(out, Tensor) or out.shape != rows.shape:
-                    got = tuple(out.shape) if isinstance(out, Tensor) else type(out).__name__
-                    raise ValueError(
-                        f"patch_setter returned {got} for {hook_name} at index {index}; expected a tensor "
-                        f"of shape {tuple(rows.shape)}"
-                    )
                 activation[i * n_batch : (i + 1) * n_batch] = out
         return activation
 

@@ -10,6 +10,7 @@ from typing import Any
 import plotly.graph_objects as go
 
 from ..checks import check_type
+from ..files import write_atomic
 
 __all__ = ["save_html"]
 
@@ -24,6 +25,7 @@ _CSP = (
 def save_html(fig: go.Figure, path: str | os.PathLike[str], config: Mapping[str, Any] | None = None) -> Path:
     """Write `fig` as one self-contained HTML page: plotly.js embedded, no CDN, no request
     to any server (a Content-Security-Policy forbids them), so it opens offline. Returns the path.
+    The page is written whole or not at all: a failed write leaves the file that was there.
 
     `config`: plotly.js config options to add, e.g. `{"displayModeBar": False}`.
 
@@ -44,6 +46,9 @@ def save_html(fig: go.Figure, path: str | os.PathLike[str], config: Mapping[str,
     if head not in page:
         raise RuntimeError("save_html: plotly's page has no <head> to put the security policy in")
     page = page.replace(head, f'{head}<meta http-equiv="Content-Security-Policy" content="{_CSP}">', 1)
-    out = Path(path)
-    out.write_text(page, encoding="utf-8")
-    return out
+    try:
+        return write_atomic(path, page)  # whole or not at all: a failed write leaves the old page as it was
+    except OSError as e:  # name the page: a full disk's error names no file, or only the temporary one
+        error = OSError(f"save_html: could not write {str(path)!r}: {e.strerror or e}; the file there is as it was")
+        error.errno = e.errno  # kept for callers that test it; the message stays one plain line
+        raise error from e
