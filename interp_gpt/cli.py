@@ -79,9 +79,12 @@ def random_gpt2_small(seed: int = 0, folder: str | os.PathLike | None = None) ->
                 p.add_(torch.randn(p.shape, generator=gen) * 0.1)
     # Write beside the final folder and rename, so an interrupted build is never picked up.
     tmp = folder.with_name(folder.name + f".tmp{os.getpid()}")
-    save_hf_checkpoint(model, tmp)
-    shutil.rmtree(folder, ignore_errors=True)
-    tmp.rename(folder)
+    try:
+        save_hf_checkpoint(model, tmp)
+        shutil.rmtree(folder, ignore_errors=True)
+        tmp.rename(folder)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)  # a failed build leaves nothing behind
     return folder
 
 

@@ -35,7 +35,12 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
     os.close(fd)
     tmp = Path(tmp_name)
     try:
-        yield tmp
+        try:
+            yield tmp
+        except OSError as e:  # a writer's own error (a full disk ...) may name only the temporary
+            if str(target) in str(e):
+                raise
+            raise OSError(e.errno, f"{target}: could not be written ({e.strerror or e}); it is as it was") from e
         if not tmp.exists():
             raise FileNotFoundError(f"{tmp}: the writer left no file to put in place of {target}")
         with open(tmp, "rb+") as f:  # on disk before it takes the target's name

@@ -27,6 +27,7 @@ import plotly.graph_objects as go
 import torch
 
 from interp_gpt import GPT, patching, plots
+from interp_gpt.files import atomic_path
 from interp_gpt.inspect import head_scores, repeated_tokens
 from interp_gpt.metrics import normalized_logit_diff
 
@@ -72,7 +73,8 @@ def screenshot(chromium: str, page: Path, png: Path, width: int, height: int) ->
 
 def export(fig: go.Figure, png: Path) -> None:
     """A static PNG of a plotly figure, at the size its layout sets (kaleido)."""
-    fig.write_image(png, format="png")
+    with atomic_path(png) as tmp:  # a failed export leaves the old picture
+        fig.write_image(tmp, format="png")
     if not png.is_file() or png.stat().st_size < 1000:
         raise RuntimeError(f"kaleido wrote no image to {png}")
 

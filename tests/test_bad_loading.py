@@ -199,6 +199,10 @@ def test_atomic_path_replaces_only_on_success_and_keeps_permissions(tmp_path: Pa
         write_atomic(target, 3)  # type: ignore[arg-type]
     with pytest.raises(IsADirectoryError, match="folder"):
         write_atomic(tmp_path, "x")
+    with pytest.raises(OSError, match=r"page\.html: could not be written \(No space left on device\)") as err:
+        with atomic_path(target) as tmp:
+            raise OSError(28, "No space left on device", str(tmp))  # a writer that names only its temporary
+    assert err.value.errno == 28 and target.read_bytes() == b"new"
 
 
 def test_warnings_filter_is_quiet_on_a_good_checkpoint(folder: Path) -> None:

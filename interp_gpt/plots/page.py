@@ -46,9 +46,5 @@ def save_html(fig: go.Figure, path: str | os.PathLike[str], config: Mapping[str,
     if head not in page:
         raise RuntimeError("save_html: plotly's page has no <head> to put the security policy in")
     page = page.replace(head, f'{head}<meta http-equiv="Content-Security-Policy" content="{_CSP}">', 1)
-    try:
-        return write_atomic(path, page)  # whole or not at all: a failed write leaves the old page as it was
-    except OSError as e:  # name the page: a full disk's error names no file, or only the temporary one
-        error = OSError(f"save_html: could not write {str(path)!r}: {e.strerror or e}; the file there is as it was")
-        error.errno = e.errno  # kept for callers that test it; the message stays one plain line
-        raise error from e
+    # Whole or not at all: a failed write leaves the old page as it was, and its error names the page.
+    return write_atomic(path, page)
