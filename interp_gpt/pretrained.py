@@ -60,8 +60,16 @@ class PretrainedMixin:
             >>> model = GPT.from_pretrained("gpt2")                    # hub (or its cache)
             >>> raw = GPT.from_pretrained_no_processing("./my-gpt2")   # local folder, weights as stored
         """
+        if not (isinstance(dtype, torch.dtype) and dtype.is_floating_point):
+            raise TypeError(
+                f"dtype={dtype!r}: expected a floating-point torch.dtype (torch.float32, torch.float64 ...)"
+            )
         cfg, sd, folder = load_source(source, config)
         _check_finite(sd, cfg.model_name, allow_non_finite)
+        if any(t.is_floating_point() and torch.finfo(t.dtype).bits < torch.finfo(dtype).bits for t in sd.values()):
+            # Asked for more precision than the file holds: widen first, so the processed weights
+            # are exact in `dtype`, not rounded to the file's dtype and widened after.
+            sd = {k: v.to(dtype) if v.is_floating_point() else v for k, v in sd.items()}
         # load_source's tensors are ours alone: process them where they lie (no second copy).
         sd = process_weights(sd, cfg, fold_ln, center_writing_weights, center_unembed, fold_value_biases, inplace=True)
         with torch.device("meta"):

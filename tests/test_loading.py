@@ -821,3 +821,16 @@ def test_the_loader_expects_the_shapes_model_py_declares(normalization_type):
     with torch.device("meta"):
         declared = {k: tuple(v.shape) for k, v in GPT(cfg).named_parameters()}
     assert _expected_shapes(cfg) == declared
+
+
+def test_a_float32_checkpoint_loaded_as_float64_is_processed_in_float64(hf_gpt2_factory, tmp_path):
+    """Processing rounds its float64 results to the weights' dtype: widening first keeps them exact."""
+    hf = hf_gpt2_factory(seed=21)
+    hf.save_pretrained(tmp_path)
+    model = from_pretrained(tmp_path, dtype=torch.float64, tokenizer=None)
+    assert model.W_E.dtype == torch.float64
+    tokens = torch.randint(0, 100, (2, 9), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        ref = hf.double()(tokens).logits.log_softmax(-1)
+        ours = model(tokens).log_softmax(-1)
+    assert (ours - ref).abs().max() < 1e-10
