@@ -18,7 +18,8 @@ _ACT_ALIASES = {
     "mlp_post": "post",
 }
 _LAYER_TYPE_ALIASES = {"a": "attn", "m": "mlp", "b": "", "block": "", "blocks": "", "attention": "attn"}
-_ATTN_ACTS = {"q", "k", "v", "z", "result", "pattern", "attn_scores", "q_input", "k_input", "v_input"}
+# Per-head inputs (q_input, k_input, v_input, attn_in) and mlp_in are hooks of the block, not of attn/mlp.
+_ATTN_ACTS = {"q", "k", "v", "z", "result", "pattern", "attn_scores"}
 _MLP_ACTS = {"pre", "post"}
 _LN_ACTS = {"scale", "normalized"}
 

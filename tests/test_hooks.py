@@ -485,9 +485,33 @@ def test_get_act_name_agrees_with_transformer_lens():
         ("attn", 3),
         ("attn_logits", 2),
         ("value", 1),
+        ("q_input", 1),
+        ("k_input", 0),
+        ("v_input", 2),
+        ("attn_in", 1),
+        ("mlp_in", 3),
+        ("tokens",),
     ]
     for args in cases:
         assert get_act_name(*args) == tl_utils.get_act_name(*args), args
+
+
+def test_every_short_name_is_a_real_hook_point_and_every_hook_point_has_one(tiny_cfg) -> None:
+    """With every opt-in hook on, get_act_name's names are exactly the model's hook points
+    (q_input & co. are hooks of the block: blocks.L.hook_q_input, not blocks.L.attn.hook_q_input)."""
+    for flag in ("use_attn_result", "use_split_qkv_input", "use_attn_in", "use_hook_mlp_in", "use_hook_tokens"):
+        setattr(tiny_cfg, flag, True)
+    model = GPT(tiny_cfg)
+    per_layer = ["resid_pre", "resid_mid", "resid_post", "attn_out", "mlp_out", "q", "k", "v", "z", "pattern"]
+    per_layer += ["attn_scores", "result", "pre", "post", "q_input", "k_input", "v_input", "attn_in", "mlp_in"]
+    names = {get_act_name(n) for n in ("embed", "pos_embed", "tokens", "scale", "normalized")}
+    names.update({"unembed.hook_in", "unembed.hook_out"})  # no short names for these, in transformer-lens either
+    for layer in range(tiny_cfg.n_layers):
+        names.update(get_act_name(n, layer) for n in per_layer)
+        names.update(get_act_name(n, layer, ln) for n in ("scale", "normalized") for ln in ("ln1", "ln2"))
+    assert names == set(model.hook_dict), names ^ set(model.hook_dict)
+    _, cache = model.run_with_cache(torch.tensor([[1, 2, 3]]))
+    assert cache["q_input", 1].shape == (1, 3, tiny_cfg.n_heads, tiny_cfg.d_model)
 
 
 # ----------------------------------------------------------------------------
