@@ -100,6 +100,13 @@ class HookPoint(nn.Module):
             for h in [h for h in hooks if including_permanent or not h.is_permanent]:
                 self.remove(h)
 
+    def layer(self) -> int:
+        """The layer this hook point belongs to (`blocks.3.attn.hook_z` -> 3), as in transformer-lens."""
+        parts = self.name.split(".")
+        if len(parts) < 2 or parts[0] != "blocks" or not parts[1].isdigit():
+            raise ValueError(f"hook point {self.name!r} belongs to no layer (only blocks.L.* hook points do)")
+        return int(parts[1])
+
     @staticmethod
     def _mine(hooks: list[_Hook]) -> list[_Hook]:
         """The hooks that fire in the calling thread: its own, and those of no thread."""
@@ -220,6 +227,12 @@ class HookedModule(nn.Module):
         """
         points = self.hook_points(name)
         return [(hp, hp.add_hook(hook, dir=dir, is_permanent=is_permanent, thread_only=thread_only)) for hp in points]
+
+    def add_perma_hook(
+        self, name: str | Callable[[str], bool], hook: HookFn, dir: Literal["fwd", "bwd"] = "fwd"
+    ) -> list[tuple[HookPoint, _Hook]]:
+        """`add_hook(name, hook, dir, is_permanent=True)`: survives `reset_hooks()` (transformer-lens' name)."""
+        return self.add_hook(name, hook, dir=dir, is_permanent=True)
 
     def remove_handles(self, handles: Iterable[tuple[HookPoint, _Hook]]) -> None:
         for hp, h in handles:

@@ -114,6 +114,12 @@ class TextMixin:
             return [tok.decode(row.tolist()) for row in tokens]
         return tok.decode(tokens.tolist() if isinstance(tokens, Tensor) else list(tokens))
 
+    def to_single_str_token(self, int_token: int) -> str:
+        """The string of one token id, e.g. `262` -> `" the"` (transformer-lens' name)."""
+        if isinstance(int_token, bool) or not isinstance(int_token, int):
+            raise TypeError(f"to_single_str_token: int_token must be an int, got {type(int_token).__name__}")
+        return self.to_str_tokens([int_token])[0]
+
     def to_single_token(self, string: str) -> int:
         """The id of a string that is exactly one token, e.g. `" the"` -> 262."""
         ids = self._require_tokenizer().encode(string)

@@ -121,13 +121,18 @@ class Tokenizer:
         self._check_alphabet(text)
         return self.backend.encode(text, add_special_tokens=False).ids
 
-    def decode(self, ids: Sequence[int] | Int[torch.Tensor, " pos"]) -> str:
-        """The text of a sequence of token ids; special tokens are kept as text.
+    def decode(self, ids: int | Sequence[int] | Int[torch.Tensor, " pos"]) -> str:
+        """The text of a token id or a sequence of them; special tokens are kept as text.
+        (One id, as Hugging Face's tokenizers take it, so transformer-lens' helpers run.)
 
         Example:
-            >>> gpt2_tokenizer().decode([15496, 995])
-            'Hello world'
+            >>> gpt2_tokenizer().decode([15496, 995]), gpt2_tokenizer().decode(995)
+            ('Hello world', ' world')
         """
+        if isinstance(ids, bool):
+            raise TypeError("decode: ids must be a token id or a sequence of them, got bool")
+        if isinstance(ids, (int, numbers.Integral)) or (isinstance(ids, torch.Tensor) and ids.dim() == 0):
+            ids = [int(ids)]
         return self.backend.decode(self._check_ids(ids, "decode"), skip_special_tokens=False)
 
     def decode_each(self, ids: Sequence[int] | Int[torch.Tensor, " pos"]) -> list[str]:

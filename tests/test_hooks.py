@@ -567,3 +567,20 @@ def test_run_with_cache_without_logits_stops_after_the_last_cached_layer(tiny_cf
     finally:
         for h in handles:
             h.remove()
+
+
+def test_hook_layer_and_add_perma_hook_as_in_transformer_lens(tiny_model: GPT, tiny_tokens) -> None:
+    seen: list[int] = []
+
+    def record(x, hook):  # type: ignore[no-untyped-def]
+        seen.append(hook.layer())
+
+    tiny_model.add_perma_hook(lambda n: n.endswith("attn.hook_z"), record)
+    try:
+        tiny_model.reset_hooks()  # permanent: stays
+        tiny_model(tiny_tokens)
+        assert seen == [0, 1]
+    finally:
+        tiny_model.reset_hooks(including_permanent=True)
+    with pytest.raises(ValueError, match=r"'hook_embed' belongs to no layer"):
+        tiny_model.hook_dict["hook_embed"].layer()

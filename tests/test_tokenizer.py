@@ -435,3 +435,21 @@ def test_train_bpe_tokenizer_rejects_a_vocabulary_without_room_for_merges(vocab_
 
     with pytest.raises(ValueError, match="vocab_size must be an int >= 258"):
         train_bpe_tokenizer(["some text"], vocab_size=vocab_size)
+
+
+def test_decode_takes_one_id_and_to_single_str_token_gives_its_string() -> None:
+    from interp_gpt import GPT
+
+    model = GPT.from_pretrained("tiny-gpt2")
+    tok = model.tokenizer
+    assert tok is not None
+    ids = model.to_tokens("ROMEO: But soft", prepend_bos=False)[0].tolist()
+    assert [tok.decode(i) for i in ids] == [tok.decode([i]) for i in ids] == model.to_str_tokens(ids)
+    assert tok.decode(torch.tensor(ids[0])) == tok.decode([ids[0]])
+    assert [model.to_single_str_token(i) for i in ids] == model.to_str_tokens(ids)
+    with pytest.raises(TypeError, match="bool"):
+        tok.decode(True)
+    with pytest.raises(TypeError, match="to_single_str_token: int_token must be an int, got str"):
+        model.to_single_str_token("the")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="out of range"):
+        tok.decode(tok.vocab_size)
