@@ -524,18 +524,6 @@ class ActivationCache(Mapping[str, Tensor]):
         return (scaled * directions).sum(-1)
 
     # ----- the full decomposition -------------------------------------------
-    def _accumulated_bias(self, layer: int, mlp_input: bool, include_mlp_biases: bool) -> Float[Tensor, " d_model"]:
-        """The b_O (and b_out) of every layer before `layer`, plus `layer`'s b_O with `mlp_input`."""
-        blocks = self.model.blocks
-        bias = torch.zeros_like(blocks[0].attn.b_O.detach())
-        for L in range(layer):
-            bias = bias + blocks[L].attn.b_O.detach()
-            if include_mlp_biases:
-                bias = bias + blocks[L].mlp.b_out.detach()
-        if mlp_input:
-            bias = bias + blocks[layer].attn.b_O.detach()
-        return bias
-
     def get_full_resid_decomposition(
         self,
         layer: int | None = None,
@@ -568,7 +556,7 @@ class ActivationCache(Mapping[str, Tensor]):
             parts.append(mlps)
             labels += mlp_labels
         parts += [_take(self["hook_embed"], pos, -2)[None], _take(self["hook_pos_embed"], pos, -2)[None]]
-        bias = self._accumulated_bias(layer, mlp_input, include_mlp_biases=expand_neurons)
+        bias = self.model.accumulated_bias(layer, mlp_input, include_mlp_biases=expand_neurons).detach()
         parts.append(bias.to(heads.device, heads.dtype).expand(1, *heads.shape[1:]))
         labels += ["embed", "pos_embed", "bias"]
         return self._components(torch.cat(parts), labels, layer, mlp_input, pos_slice, apply_ln, return_labels)

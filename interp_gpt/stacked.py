@@ -3,14 +3,17 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import torch
 from jaxtyping import Float
 from torch import Tensor, nn
 
+from .checks import check_int_in_range
+
 if TYPE_CHECKING:
-    from .model import Embed, PosEmbed, Unembed
+    from .config import Config
+    from .model import Embed, PosEmbed, TransformerBlock, Unembed
 
 
 def _stacked(module: str, param: str) -> property:
@@ -30,6 +33,7 @@ class StackedWeightsMixin:
         pos_embed: PosEmbed
         unembed: Unembed
         blocks: nn.ModuleList
+        cfg: Config
 
     @property
     def W_E(self) -> Float[Tensor, "d_vocab d_model"]:
@@ -42,6 +46,35 @@ class StackedWeightsMixin:
     @property
     def W_U(self) -> Float[Tensor, "d_model d_vocab"]:
         return self.unembed.W_U
+
+    @property
+    def b_U(self) -> Float[Tensor, " d_vocab"]:
+        return self.unembed.b_U
+
+    @property
+    def W_E_pos(self) -> Float[Tensor, "d_vocab_plus_n_ctx d_model"]:
+        """Token and position embeddings in one matrix, tokens first (transformer-lens' `W_E_pos`)."""
+        return torch.cat([self.W_E, self.W_pos], dim=0)
+
+    def all_head_labels(self) -> list[str]:
+        """`["L0H0", "L0H1", ...]`: every head, layer by layer."""
+        return [f"L{layer}H{head}" for layer in range(self.cfg.n_layers) for head in range(self.cfg.n_heads)]
+
+    def accumulated_bias(
+        self, layer: int, mlp_input: bool = False, include_mlp_biases: bool = True
+    ) -> Float[Tensor, " d_model"]:
+        """The sum of the output biases the residual stream has taken in before `layer`: every
+        earlier layer's attention `b_O` (and MLP `b_out`, with `include_mlp_biases`), plus
+        `layer`'s own `b_O` with `mlp_input` (the stream entering its MLP). As transformer-lens."""
+        n = self.cfg.n_layers
+        check_int_in_range(layer, "layer", 0, n - 1 if mlp_input else n, "layers (n_layers: the end)")
+        blocks = cast("list[TransformerBlock]", list(self.blocks))
+        bias = torch.zeros_like(blocks[0].attn.b_O)
+        for L in range(layer):
+            bias = bias + blocks[L].attn.b_O
+            if include_mlp_biases:
+                bias = bias + blocks[L].mlp.b_out
+        return bias + blocks[layer].attn.b_O if mlp_input else bias
 
     # Each a new tensor [n_layers, *shape of one layer's]: W_Q, W_K, W_V [n_layers, n_heads, d_model, d_head],
     # W_O [n_layers, n_heads, d_head, d_model], b_Q, b_K, b_V [n_layers, n_heads, d_head], b_O [n_layers, d_model],

@@ -834,3 +834,36 @@ def test_a_float32_checkpoint_loaded_as_float64_is_processed_in_float64(hf_gpt2_
         ref = hf.double()(tokens).logits.log_softmax(-1)
         ours = model(tokens).log_softmax(-1)
     assert (ours - ref).abs().max() < 1e-10
+
+
+@pytest.mark.parametrize("processed", [False, True])
+def test_weight_surface_matches_transformer_lens(hf_model, hf_checkpoint_dir, processed):
+    """b_U, W_E_pos, all_head_labels and accumulated_bias, as transformer-lens 3.9 computes them."""
+    tl = make_tl_model(hf_model, processed=processed)
+    ours = (from_pretrained if processed else from_pretrained_no_processing)(hf_checkpoint_dir, tokenizer=None)
+    with torch.no_grad():
+        torch.testing.assert_close(ours.b_U, tl.b_U, atol=1e-5, rtol=1e-4)
+        torch.testing.assert_close(ours.W_E_pos, tl.W_E_pos, atol=1e-5, rtol=1e-4)
+        assert ours.all_head_labels() == tl.all_head_labels()
+        for layer in range(ours.cfg.n_layers + 1):
+            for mlp_input in (False, True) if layer < ours.cfg.n_layers else (False,):
+                for mlp_biases in (False, True):
+                    torch.testing.assert_close(
+                        ours.accumulated_bias(layer, mlp_input, mlp_biases),
+                        tl.accumulated_bias(layer, mlp_input, mlp_biases),
+                        atol=1e-5,
+                        rtol=1e-4,
+                    )
+
+
+def test_accumulated_bias_sums_what_the_residual_stream_took_in(tiny_model):
+    """Independent of transformer-lens: entering layer 1 the stream holds layer 0's b_O and b_out."""
+    b0 = tiny_model.blocks[0]
+    torch.testing.assert_close(tiny_model.accumulated_bias(1), b0.attn.b_O + b0.mlp.b_out)
+    torch.testing.assert_close(tiny_model.accumulated_bias(0, mlp_input=True), b0.attn.b_O)
+    torch.testing.assert_close(tiny_model.accumulated_bias(1, include_mlp_biases=False), b0.attn.b_O)
+    assert tiny_model.W_E_pos.shape == (100 + 32, 64) and tiny_model.all_head_labels()[5] == "L1H1"
+    with pytest.raises(ValueError, match=r"layer=3 is out of range"):
+        tiny_model.accumulated_bias(3)
+    with pytest.raises(ValueError, match=r"layer=2 is out of range"):
+        tiny_model.accumulated_bias(2, mlp_input=True)
