@@ -29,7 +29,7 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
-from .checks import check_int, check_integer_tensor, check_token_ids
+from .checks import check_int
 from .utils import get_act_name
 
 # What `pos_slice`, `batch_slice` and `neuron_slice` accept (transformer-lens' SliceInput).
@@ -473,18 +473,8 @@ class ActivationCache(Mapping[str, Tensor]):
         return centred / scale
 
     def _residual_directions(self, tokens: TokensInput, arg: str) -> Float[Tensor, "... d_model"]:
-        """The unembedding column of each token (transformer-lens' tokens_to_residual_directions)."""
-        W_U = self.model.unembed.W_U.detach()
-        if isinstance(tokens, str):
-            tokens = self.model.to_single_token(tokens)
-        elif isinstance(tokens, Tensor):
-            check_integer_tensor(tokens, arg)
-            if tokens.numel() == 1:
-                tokens = int(tokens.item())
-        elif isinstance(tokens, bool) or not isinstance(tokens, int):
-            raise TypeError(f"{arg}: expected a token string, an int or a tensor of ids, got {type(tokens).__name__}")
-        ids = check_token_ids(torch.as_tensor(tokens), W_U.shape[-1], arg)
-        return einops.rearrange(W_U[:, ids.to(W_U.device)], "d_model ... -> ... d_model")
+        """The unembedding column of each token (the model's tokens_to_residual_directions)."""
+        return self.model.tokens_to_residual_directions(tokens, arg=arg).detach()
 
     def logit_attrs(
         self,

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, cast
 
+import einops
 import torch
-from jaxtyping import Float
+from jaxtyping import Float, Int
 from torch import Tensor, nn
 
-from .checks import check_int_in_range
+from .checks import check_int_in_range, check_integer_tensor, check_token_ids
 
 if TYPE_CHECKING:
     from .config import Config
@@ -35,6 +36,8 @@ class StackedWeightsMixin:
         blocks: nn.ModuleList
         cfg: Config
 
+        def to_single_token(self, string: str) -> int: ...
+
     @property
     def W_E(self) -> Float[Tensor, "d_vocab d_model"]:
         return self.embed.W_E
@@ -55,6 +58,23 @@ class StackedWeightsMixin:
     def W_E_pos(self) -> Float[Tensor, "d_vocab_plus_n_ctx d_model"]:
         """Token and position embeddings in one matrix, tokens first (transformer-lens' `W_E_pos`)."""
         return torch.cat([self.W_E, self.W_pos], dim=0)
+
+    def tokens_to_residual_directions(
+        self, tokens: str | int | Int[Tensor, ...], arg: str = "tokens"
+    ) -> Float[Tensor, "... d_model"]:
+        """The unembedding direction of each token: `W_U[:, token]`, `[d_model]` for one token
+        (a single-token string, an id, a one-element tensor), `[..., d_model]` for a tensor of ids.
+        The residual-stream direction that raises that token's logit, as transformer-lens."""
+        if isinstance(tokens, str):
+            tokens = self.to_single_token(tokens)
+        elif isinstance(tokens, Tensor):
+            check_integer_tensor(tokens, arg)
+            if tokens.numel() == 1:
+                tokens = int(tokens.item())
+        elif isinstance(tokens, bool) or not isinstance(tokens, int):
+            raise TypeError(f"{arg}: expected a token string, an int or a tensor of ids, got {type(tokens).__name__}")
+        ids = check_token_ids(torch.as_tensor(tokens), self.W_U.shape[-1], arg)
+        return einops.rearrange(self.W_U[:, ids.to(self.W_U.device)], "d_model ... -> ... d_model")
 
     def all_head_labels(self) -> list[str]:
         """`["L0H0", "L0H1", ...]`: every head, layer by layer."""

@@ -845,6 +845,9 @@ def test_weight_surface_matches_transformer_lens(hf_model, hf_checkpoint_dir, pr
         torch.testing.assert_close(ours.b_U, tl.b_U, atol=1e-5, rtol=1e-4)
         torch.testing.assert_close(ours.W_E_pos, tl.W_E_pos, atol=1e-5, rtol=1e-4)
         assert ours.all_head_labels() == tl.all_head_labels()
+        ids = torch.tensor([[1, 2, 3], [4, 5, 99]])
+        torch.testing.assert_close(ours.tokens_to_residual_directions(ids), tl.tokens_to_residual_directions(ids))
+        torch.testing.assert_close(ours.tokens_to_residual_directions(7), tl.tokens_to_residual_directions(7))
         for layer in range(ours.cfg.n_layers + 1):
             for mlp_input in (False, True) if layer < ours.cfg.n_layers else (False,):
                 for mlp_biases in (False, True):
@@ -863,6 +866,12 @@ def test_accumulated_bias_sums_what_the_residual_stream_took_in(tiny_model):
     torch.testing.assert_close(tiny_model.accumulated_bias(0, mlp_input=True), b0.attn.b_O)
     torch.testing.assert_close(tiny_model.accumulated_bias(1, include_mlp_biases=False), b0.attn.b_O)
     assert tiny_model.W_E_pos.shape == (100 + 32, 64) and tiny_model.all_head_labels()[5] == "L1H1"
+    assert tiny_model.tokens_to_residual_directions(torch.tensor([[3, 4]])).shape == (1, 2, 64)
+    torch.testing.assert_close(tiny_model.tokens_to_residual_directions(3), tiny_model.W_U[:, 3])
+    with pytest.raises(ValueError, match=r"tokens: token id 100 .* out of range"):
+        tiny_model.tokens_to_residual_directions(torch.tensor([100]))
+    with pytest.raises(TypeError, match=r"tokens: expected a token string, an int or a tensor of ids, got float"):
+        tiny_model.tokens_to_residual_directions(2.0)
     with pytest.raises(ValueError, match=r"layer=3 is out of range"):
         tiny_model.accumulated_bias(3)
     with pytest.raises(ValueError, match=r"layer=2 is out of range"):
