@@ -17,6 +17,7 @@ from .compare import (
     to_transformers,
 )
 from .config import PRESETS, Config, preset
+from .factored import FactoredMatrix
 from .hooks import HookedModule, HookPoint
 from .loading import (
     CheckpointError,
@@ -46,5 +47,6 @@ __all__ = [
     "to_transformer_lens",
     "to_transformers",
     "ComparisonReport",
+    "FactoredMatrix",
 ]
 __version__ = "0.1.0"
