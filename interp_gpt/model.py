@@ -26,6 +26,7 @@ from torch import Tensor, nn
 from .activations import ACTIVATIONS, IN_PLACE, add_bias, gelu_fast, gelu_new  # noqa: F401 (re-exported)
 from .checks import check_layer, check_resid
 from .config import Config
+from .factored import FactoredMatrix
 from .generation import GenerationMixin, KVCache, rollback_on_error
 from .hooks import HookedGPT, HookPoint
 from .pretrained import PretrainedMixin
@@ -132,6 +133,14 @@ class Attention(nn.Module):
         if prefix + "mask" in state_dict:
             state_dict[prefix + "mask"] = self.mask
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+
+    @property
+    def OV(self) -> FactoredMatrix:  # [n_heads, d_model, d_model]: what each head writes for what it reads
+        return FactoredMatrix(self.W_V, self.W_O)
+
+    @property
+    def QK(self) -> FactoredMatrix:  # [n_heads, d_model (query), d_model (key)]: what each head attends by
+        return FactoredMatrix(self.W_Q, self.W_K.transpose(-2, -1))
 
     def project(self, x: Resid, W: Tensor, b: Tensor) -> Float[Tensor, "batch posn n_heads d_head"]:
         if x.ndim == 3:  # one input shared by all heads (else one per head: use_split_qkv_input)

@@ -11,6 +11,7 @@ from jaxtyping import Float, Int
 from torch import Tensor, nn
 
 from .checks import check_int_in_range, check_integer_tensor, check_token_ids
+from .factored import FactoredMatrix
 
 if TYPE_CHECKING:
     from .config import Config
@@ -58,6 +59,16 @@ class StackedWeightsMixin:
     def W_E_pos(self) -> Float[Tensor, "d_vocab_plus_n_ctx d_model"]:
         """Token and position embeddings in one matrix, tokens first (transformer-lens' `W_E_pos`)."""
         return torch.cat([self.W_E, self.W_pos], dim=0)
+
+    @property
+    def OV(self) -> FactoredMatrix:
+        """Every head's OV circuit W_V @ W_O, `[n_layers, n_heads, d_model, d_model]`, kept factored."""
+        return FactoredMatrix(self.W_V, self.W_O)
+
+    @property
+    def QK(self) -> FactoredMatrix:
+        """Every head's QK circuit W_Q @ W_K^T, `[n_layers, n_heads, d_model (query), d_model (key)]`, factored."""
+        return FactoredMatrix(self.W_Q, self.W_K.transpose(-2, -1))
 
     def tokens_to_residual_directions(
         self, tokens: str | int | Int[Tensor, ...], arg: str = "tokens"

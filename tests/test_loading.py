@@ -845,6 +845,10 @@ def test_weight_surface_matches_transformer_lens(hf_model, hf_checkpoint_dir, pr
         torch.testing.assert_close(ours.b_U, tl.b_U, atol=1e-5, rtol=1e-4)
         torch.testing.assert_close(ours.W_E_pos, tl.W_E_pos, atol=1e-5, rtol=1e-4)
         assert ours.all_head_labels() == tl.all_head_labels()
+        for ours_fm, tl_fm in ((ours.OV, tl.OV), (ours.QK, tl.QK), (ours.blocks[1].attn.OV, tl.blocks[1].attn.OV)):
+            assert ours_fm.shape == tl_fm.shape
+            torch.testing.assert_close(ours_fm.AB, tl_fm.AB, atol=1e-5, rtol=1e-4)
+        torch.testing.assert_close(ours.blocks[0].attn.QK.AB, tl.blocks[0].attn.QK.AB, atol=1e-5, rtol=1e-4)
         ids = torch.tensor([[1, 2, 3], [4, 5, 99]])
         torch.testing.assert_close(ours.tokens_to_residual_directions(ids), tl.tokens_to_residual_directions(ids))
         torch.testing.assert_close(ours.tokens_to_residual_directions(7), tl.tokens_to_residual_directions(7))
@@ -867,6 +871,10 @@ def test_accumulated_bias_sums_what_the_residual_stream_took_in(tiny_model):
     torch.testing.assert_close(tiny_model.accumulated_bias(1, include_mlp_biases=False), b0.attn.b_O)
     assert tiny_model.W_E_pos.shape == (100 + 32, 64) and tiny_model.all_head_labels()[5] == "L1H1"
     assert tiny_model.tokens_to_residual_directions(torch.tensor([[3, 4]])).shape == (1, 2, 64)
+    attn = tiny_model.blocks[1].attn
+    torch.testing.assert_close(tiny_model.OV.AB[1, 2], attn.W_V[2] @ attn.W_O[2])
+    torch.testing.assert_close(tiny_model.QK.AB[1, 2], attn.W_Q[2] @ attn.W_K[2].T)
+    assert tiny_model.OV.shape == (2, 4, 64, 64) and tiny_model.OV.mdim == 16
     torch.testing.assert_close(tiny_model.tokens_to_residual_directions(3), tiny_model.W_U[:, 3])
     with pytest.raises(ValueError, match=r"tokens: token id 100 .* out of range"):
         tiny_model.tokens_to_residual_directions(torch.tensor([100]))
