@@ -21,6 +21,7 @@ transformer-lens' `Slice` does: None (all), an int (drops the axis), a `(stop,)`
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import ItemsView, Iterator, KeysView, Mapping, ValuesView
 from typing import Any, Literal, Union
 
@@ -170,6 +171,27 @@ class ActivationCache(Mapping[str, Tensor]):
         self.cache_dict = {k: v[0] for k, v in self.cache_dict.items()}
         self.has_batch_dim = False
         return self
+
+    def apply_slice_to_batch_dim(self, batch_slice: Any) -> ActivationCache:
+        """A new cache holding the prompts `batch_slice` picks (an int drops the batch axis, as
+        transformer-lens does; a slice, tuple, list or tensor of indices keeps it)."""
+        if not self.has_batch_dim:
+            raise ValueError("apply_slice_to_batch_dim: this cache has no batch axis (remove_batch_dim was applied)")
+        idx = _index(batch_slice, "batch_slice")
+        sizes = {t.shape[0] for t in self.cache_dict.values()}
+        if isinstance(idx, int) and sizes and not all(-n <= idx < n for n in sizes):
+            raise ValueError(f"batch_slice={idx} is out of range for a batch of {max(sizes)}")
+        sliced = {name: _take(t, idx, 0) for name, t in self.cache_dict.items()}
+        return ActivationCache(sliced, self.model, has_batch_dim=not isinstance(idx, int))
+
+    @staticmethod
+    def toggle_autodiff(mode: bool = False) -> None:
+        """`torch.set_grad_enabled(mode)` for the whole process, as transformer-lens' method does.
+        (Global state: `with torch.no_grad():` or `torch.inference_mode()` are the local ways.)"""
+        if not isinstance(mode, bool):
+            raise TypeError(f"toggle_autodiff: mode must be True or False, got {mode!r}")
+        warnings.warn(f"toggle_autodiff: autograd is now {'on' if mode else 'off'} for the whole process", stacklevel=2)
+        torch.set_grad_enabled(mode)
 
     # ----- shared checks ----------------------------------------------------
     def _layer(self, layer: int | None, arg: str = "layer") -> int:

@@ -65,6 +65,7 @@ class HookPoint(nn.Module):
         self.name = ""  # set by HookedModule.setup_hooks: the module path, e.g. "blocks.0.attn.hook_q"
         self.fwd_hooks: list[_Hook] = []
         self.bwd_hooks: list[_Hook] = []
+        self.ctx: dict[Any, Any] = {}  # a place for hooks to keep state between calls (transformer-lens' hook.ctx)
 
     def add_hook(
         self,
@@ -73,17 +74,20 @@ class HookPoint(nn.Module):
         is_permanent: bool = False,
         *,
         thread_only: bool = False,
+        prepend: bool = False,
     ) -> _Hook:
-        """Attach `fn`; with `thread_only` it fires only in the calling thread's passes."""
+        """Attach `fn` (first of this point's hooks with `prepend`, else last); with `thread_only`
+        it fires only in the calling thread's passes."""
         if not callable(fn):
             raise TypeError(f"add_hook: fn must be callable, got {type(fn).__name__}")
-        handle = _Hook(fn, is_permanent, owner=threading.get_ident() if thread_only else None)
-        if dir == "fwd":
-            self.fwd_hooks.append(handle)
-        elif dir == "bwd":
-            self.bwd_hooks.append(handle)
-        else:
+        if dir not in ("fwd", "bwd"):
             raise ValueError(f"add_hook: dir must be 'fwd' or 'bwd', got {dir!r}")
+        handle = _Hook(fn, is_permanent, owner=threading.get_ident() if thread_only else None)
+        hooks = self.fwd_hooks if dir == "fwd" else self.bwd_hooks
+        if prepend:
+            hooks.insert(0, handle)
+        else:
+            hooks.append(handle)
         return handle
 
     def remove(self, handle: _Hook) -> None:
@@ -99,6 +103,10 @@ class HookPoint(nn.Module):
             hooks = self.fwd_hooks if d == "fwd" else self.bwd_hooks
             for h in [h for h in hooks if including_permanent or not h.is_permanent]:
                 self.remove(h)
+
+    def clear_context(self) -> None:
+        """Empty `ctx`, the state hooks kept here."""
+        self.ctx = {}
 
     def layer(self) -> int:
         """The layer this hook point belongs to (`blocks.3.attn.hook_z` -> 3), as in transformer-lens."""
@@ -217,6 +225,7 @@ class HookedModule(nn.Module):
         is_permanent: bool = False,
         *,
         thread_only: bool = False,
+        prepend: bool = False,
     ) -> list[tuple[HookPoint, _Hook]]:
         """Attach `hook` to the hook point `name` (or to every name a filter accepts).
 
@@ -224,9 +233,13 @@ class HookedModule(nn.Module):
         `reset_hooks()`; permanent ones only with `reset_hooks(including_permanent=True)`.
         The hook fires in every thread's passes, or with `thread_only` in the calling
         thread's alone (as the hooks of `hooks()` and `run_with_*` do; see the module's docs).
+        With `prepend` it runs before the hooks already on the point.
         """
         points = self.hook_points(name)
-        return [(hp, hp.add_hook(hook, dir=dir, is_permanent=is_permanent, thread_only=thread_only)) for hp in points]
+        return [
+            (hp, hp.add_hook(hook, dir=dir, is_permanent=is_permanent, thread_only=thread_only, prepend=prepend))
+            for hp in points
+        ]
 
     def add_perma_hook(
         self, name: str | Callable[[str], bool], hook: HookFn, dir: Literal["fwd", "bwd"] = "fwd"
@@ -238,10 +251,18 @@ class HookedModule(nn.Module):
         for hp, h in handles:
             hp.remove(h)
 
-    def reset_hooks(self, including_permanent: bool = False) -> None:
-        """Remove every hook (permanent ones too if `including_permanent`)."""
+    def reset_hooks(self, including_permanent: bool = False, *, clear_contexts: bool = True) -> None:
+        """Remove every hook (permanent ones too if `including_permanent`) and, as transformer-lens
+        does by default, empty every hook point's `ctx`."""
         for hp in self._all_hook_points:
             hp.remove_hooks("both", including_permanent=including_permanent)
+        if clear_contexts:
+            self.clear_contexts()
+
+    def clear_contexts(self) -> None:
+        """Empty every hook point's `ctx` (the state hooks keep between calls)."""
+        for hp in self._all_hook_points:
+            hp.clear_context()
 
     @contextmanager
     def hooks(

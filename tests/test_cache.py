@@ -496,3 +496,27 @@ def test_tl4_only_cases_match_transformer_lens(both):
         )
         every = ours.decompose_resid()
         same(ours.logit_attrs(every, tokens[:, -1]), theirs.logit_attrs(every, tokens[:, -1]))
+
+
+def test_apply_slice_to_batch_dim_and_toggle_autodiff_as_in_transformer_lens(tiny_model, tiny_tokens) -> None:
+    from interp_gpt.cache import ActivationCache
+
+    _, cache = tiny_model.run_with_cache(tiny_tokens)
+    one = cache.apply_slice_to_batch_dim(1)
+    assert not one.has_batch_dim
+    torch.testing.assert_close(one["pattern", 1], cache["pattern", 1][1])
+    kept = cache.apply_slice_to_batch_dim([1])
+    assert kept.has_batch_dim and kept["resid_post", 0].shape[0] == 1
+    torch.testing.assert_close(kept["resid_post", 0][0], cache["resid_post", 0][1])
+    with pytest.raises(ValueError, match="batch_slice=5 is out of range for a batch of 2"):
+        cache.apply_slice_to_batch_dim(5)
+    with pytest.raises(ValueError, match="no batch axis"):
+        one.apply_slice_to_batch_dim(0)
+    try:
+        with pytest.warns(UserWarning, match="autograd is now off"):
+            ActivationCache.toggle_autodiff(False)
+        assert not torch.is_grad_enabled()
+    finally:
+        torch.set_grad_enabled(True)
+    with pytest.raises(TypeError, match="mode must be True or False"):
+        cache.toggle_autodiff("no")  # type: ignore[arg-type]

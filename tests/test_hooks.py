@@ -584,3 +584,25 @@ def test_hook_layer_and_add_perma_hook_as_in_transformer_lens(tiny_model: GPT, t
         tiny_model.reset_hooks(including_permanent=True)
     with pytest.raises(ValueError, match=r"'hook_embed' belongs to no layer"):
         tiny_model.hook_dict["hook_embed"].layer()
+
+
+def test_prepend_ctx_and_clear_contexts_as_in_transformer_lens(tiny_model: GPT, tiny_tokens) -> None:
+    order: list[str] = []
+
+    def first(x, hook):  # type: ignore[no-untyped-def]
+        order.append("first")
+        hook.ctx["calls"] = hook.ctx.get("calls", 0) + 1
+
+    def second(x, hook):  # type: ignore[no-untyped-def]
+        order.append("second")
+
+    tiny_model.add_hook("hook_embed", second)
+    tiny_model.add_hook("hook_embed", first, prepend=True)
+    tiny_model(tiny_tokens)
+    tiny_model(tiny_tokens)
+    point = tiny_model.hook_dict["hook_embed"]
+    assert order == ["first", "second"] * 2 and point.ctx == {"calls": 2}
+    tiny_model.reset_hooks(clear_contexts=False)
+    assert point.ctx == {"calls": 2} and not point.fwd_hooks
+    tiny_model.reset_hooks()
+    assert point.ctx == {}
