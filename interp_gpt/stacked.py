@@ -12,6 +12,7 @@ from torch import Tensor, nn
 
 from .checks import check_int_in_range, check_integer_tensor, check_token_ids
 from .factored import FactoredMatrix
+from .utils import composition_scores
 
 if TYPE_CHECKING:
     from .config import Config
@@ -69,6 +70,20 @@ class StackedWeightsMixin:
     def QK(self) -> FactoredMatrix:
         """Every head's QK circuit W_Q @ W_K^T, `[n_layers, n_heads, d_model (query), d_model (key)]`, factored."""
         return FactoredMatrix(self.W_Q, self.W_K.transpose(-2, -1))
+
+    def all_composition_scores(self, mode: str) -> Float[Tensor, "n_layers n_heads n_layers n_heads"]:
+        """Composition scores of every pair of heads, as transformer-lens: entry `[l1, h1, l2, h2]` is
+        how strongly head (l1, h1)'s OV circuit feeds head (l2, h2)'s `mode` input, by
+        `utils.composition_scores`. "Q": OV into the query side of QK (OV @ QK); "K": into the key
+        side (OV @ QK^T); "V": into the other head's OV (OV @ OV). Zero wherever l1 >= l2 (only an
+        earlier layer can feed a later one)."""
+        circuits = {"Q": lambda: self.QK, "K": lambda: self.QK.T, "V": lambda: self.OV}
+        if not isinstance(mode, str) or mode not in circuits:
+            raise ValueError(f"all_composition_scores: mode must be one of 'Q', 'K', 'V', got {mode!r}")
+        scores = composition_scores(self.OV, circuits[mode](), broadcast_dims=True)
+        layers = torch.arange(self.cfg.n_layers, device=scores.device)
+        earlier = (layers[:, None] < layers[None, :])[:, None, :, None]  # [source layer, 1, destination layer, 1]
+        return torch.where(earlier, scores, torch.zeros_like(scores))
 
     def tokens_to_residual_directions(
         self, tokens: str | int | Int[Tensor, ...], arg: str = "tokens"

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import re
 
+import torch
 from jaxtyping import Float, Int
 from torch import Tensor
+
+from .factored import FactoredMatrix
 
 # Short names people type, mapped to the hook names they mean.
 _ACT_ALIASES = {
@@ -81,3 +84,47 @@ def lm_cross_entropy_loss(
     valid = (attention_mask[:, 1:] * attention_mask[:, :-1]).to(loss.dtype)
     loss = loss * valid
     return loss if per_token else loss.sum() / valid.sum()
+
+
+def composition_scores(
+    left: FactoredMatrix, right: FactoredMatrix, broadcast_dims: bool = True
+) -> Float[Tensor, "*leading"]:
+    """How strongly `left` feeds `right`: `||left @ right|| / (||left|| ||right||)` (Frobenius norms),
+    one score per leading index, as transformer-lens' `composition_scores`.
+
+    With `broadcast_dims` (the default) every matrix of `left` meets every matrix of `right`: the
+    result is `[*left's leading axes, *right's leading axes]` (model.OV against model.QK gives
+    `[n_layers, n_heads, n_layers, n_heads]`). Without it the leading axes broadcast against each other.
+    `left`'s columns (`rdim`) must match `right`'s rows (`ldim`), normally d_model.
+    """
+    for name, matrix in (("left", left), ("right", right)):
+        if not isinstance(matrix, FactoredMatrix):
+            raise TypeError(
+                f"composition_scores: {name} must be a FactoredMatrix (such as model.OV or model.QK), "
+                f"got {type(matrix).__name__}"
+            )
+    if not isinstance(broadcast_dims, bool):
+        raise TypeError(f"composition_scores: broadcast_dims must be a bool, got {broadcast_dims!r}")
+    if left.rdim != right.ldim:
+        raise ValueError(
+            f"composition_scores: left has shape {tuple(left.shape)} and right has shape {tuple(right.shape)}: "
+            f"left's columns ({left.rdim}) must match right's rows ({right.ldim}), the residual stream width"
+        )
+    # left = U_l (S_l V_l^T) and right = (U_r S_r) V_r^T, with U_l and V_r orthonormal, so
+    # ||left @ right|| = ||(S_l V_l^T) @ (U_r S_r)||: a [k, k] product per pair instead of [ldim, rdim].
+    inner_left, inner_right = left.collapse_l(), right.collapse_r()
+    norm_left, norm_right = left.norm(), right.norm()
+    if broadcast_dims:
+        n_left, n_right = left.ndim - 2, right.ndim - 2
+        inner_left = inner_left.reshape((*inner_left.shape[:-2], *(1,) * n_right, *inner_left.shape[-2:]))
+        norm_left = norm_left.reshape((*norm_left.shape, *(1,) * n_right))
+        inner_right = inner_right.reshape((1,) * n_left + inner_right.shape)
+        norm_right = norm_right.reshape((1,) * n_left + norm_right.shape)
+    try:
+        product = inner_left @ inner_right
+    except RuntimeError:
+        raise ValueError(
+            f"composition_scores: with broadcast_dims=False the leading axes of left (shape {tuple(left.shape)}) "
+            f"and right (shape {tuple(right.shape)}) must broadcast against each other"
+        ) from None
+    return torch.linalg.matrix_norm(product) / norm_left / norm_right
