@@ -11,6 +11,8 @@ from typing import Any, Literal
 import torch
 
 ACT_FNS = ("gelu_new", "gelu", "relu", "gelu_fast")
+# id(config) -> the model it belongs to (see Config._bind).
+_MODEL_OF: weakref.WeakValueDictionary[int, torch.nn.Module] = weakref.WeakValueDictionary()
 
 
 @dataclass
@@ -128,18 +130,15 @@ class Config:
             f"Config.dtype={value!r}: the config follows its model; convert the model with model.to(...)"
         )
 
-    def __getstate__(self) -> dict[str, Any]:
-        # The weak reference to the model neither pickles nor belongs in a copy (the copied
-        # model binds its own; see PretrainedMixin.__setstate__).
-        return {k: v for k, v in self.__dict__.items() if k != "_model_ref"}
-
     def _bind(self, model: torch.nn.Module) -> None:
-        """Make `device` and `dtype` read `model` (a weak reference; the last model bound wins)."""
-        object.__setattr__(self, "_model_ref", weakref.ref(model))
+        """Make `device` and `dtype` read `model` (weakly held; the last model bound wins). Kept
+        outside the instance, so `cfg.__dict__`, copies and pickles hold only the fields."""
+        if id(self) not in _MODEL_OF:
+            weakref.finalize(self, _MODEL_OF.pop, id(self), None)  # the id may be reused once self is gone
+        _MODEL_OF[id(self)] = model
 
     def _model(self) -> torch.nn.Module | None:
-        ref = getattr(self, "_model_ref", None)
-        return ref() if ref is not None else None
+        return _MODEL_OF.get(id(self))
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -86,6 +86,8 @@ def test_device_and_dtype_follow_the_model() -> None:
     buf.seek(0)
     loaded = torch.load(buf, weights_only=False).to(torch.bfloat16)
     assert loaded.cfg.dtype == torch.bfloat16 and model.cfg.dtype == torch.float64
+    rebuilt = Config(**model.cfg.__dict__)  # the binding is not in the instance's fields
+    assert rebuilt == model.cfg and rebuilt.dtype == torch.float32
     with pytest.raises(AttributeError, match=r"Config.device='cuda'.*model.to"):
         model.cfg.device = "cuda"
     with pytest.raises(AttributeError, match=r"Config.dtype=torch.float16.*model.to"):
