@@ -14,7 +14,7 @@ from torch import Tensor
 from .config import Config
 from .convert import _raise_if_bad, load_source
 from .processing import process_weights
-from .sources import CheckpointError, shipped_models
+from .sources import CheckpointError, hub_id, shipped_models
 
 if TYPE_CHECKING:
     from .model import GPT, Attention
@@ -22,6 +22,18 @@ if TYPE_CHECKING:
 
 class PretrainedMixin:
     """`from_pretrained` and `from_pretrained_no_processing`, transformer-lens' names."""
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        # A model's cfg reports the model's device and dtype (transformer-lens code reads
+        # model.cfg.device): bind the config to the model it is assigned to.
+        if name == "cfg" and isinstance(value, Config):
+            value._bind(cast("torch.nn.Module", self))
+        super().__setattr__(name, value)
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        super().__setstate__(state)  # type: ignore[misc]  # nn.Module's, after this mixin in GPT's MRO
+        if isinstance(cfg := self.__dict__.get("cfg"), Config):
+            cfg._bind(cast("torch.nn.Module", self))  # a deepcopied or unpickled model
 
     @classmethod
     def from_pretrained(
@@ -32,7 +44,7 @@ class PretrainedMixin:
         center_writing_weights: bool = True,
         center_unembed: bool = True,
         fold_value_biases: bool = True,
-        dtype: torch.dtype = torch.float32,
+        dtype: torch.dtype | str = torch.float32,
         device: str | torch.device | None = None,
         config: Config | None = None,
         tokenizer: Any = "auto",
@@ -60,10 +72,15 @@ class PretrainedMixin:
             >>> model = GPT.from_pretrained("gpt2")                    # hub (or its cache)
             >>> raw = GPT.from_pretrained_no_processing("./my-gpt2")   # local folder, weights as stored
         """
+        if isinstance(dtype, str) and dtype in _DTYPE_NAMES:
+            dtype = _DTYPE_NAMES[dtype]  # transformer-lens' names
         if not (isinstance(dtype, torch.dtype) and dtype.is_floating_point):
             raise TypeError(
-                f"dtype={dtype!r}: expected a floating-point torch.dtype (torch.float32, torch.float64 ...)"
+                f"dtype={dtype!r}: expected a floating-point torch.dtype (torch.float32, torch.float64 ...) "
+                f"or one of {sorted(_DTYPE_NAMES)}"
             )
+        if isinstance(source, str) and not Path(source).expanduser().exists() and source not in shipped_models():
+            source = hub_id(source)  # transformer-lens' aliases: "gpt2-small" is "gpt2"
         cfg, sd, folder = load_source(source, config)
         _check_finite(sd, cfg.model_name, allow_non_finite)
         if any(t.is_floating_point() and torch.finfo(t.dtype).bits < torch.finfo(dtype).bits for t in sd.values()):
@@ -112,6 +129,17 @@ def _check_finite(sd: dict[str, Tensor], name: str, allow: bool) -> None:
 
 
 _FINITE_CHUNK = 1 << 22
+
+_DTYPE_NAMES = {
+    "float32": torch.float32,
+    "fp32": torch.float32,
+    "float16": torch.float16,
+    "fp16": torch.float16,
+    "bfloat16": torch.bfloat16,
+    "bf16": torch.bfloat16,
+    "float64": torch.float64,
+    "fp64": torch.float64,
+}
 
 
 def _auto_tokenizer(cfg: Config, folder: Path | None, from_hub: bool) -> Any:

@@ -17,6 +17,18 @@ import torch
 from torch import Tensor
 
 HUB_PRESETS = ("gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl", "distilgpt2")
+# transformer-lens' other names for the GPT-2 family (its MODEL_ALIASES), matched case-insensitively as it does.
+HUB_ALIASES = {
+    "gpt2-small": "gpt2",
+    **dict.fromkeys(("distillgpt2", "distill-gpt2", "distil-gpt2", "gpt2-xs"), "distilgpt2"),
+}
+
+
+def hub_id(name: str) -> str:
+    """The hub id a transformer-lens alias names ("gpt2-small" -> "gpt2"); any other name unchanged."""
+    return HUB_ALIASES.get(name.lower(), name)
+
+
 # Models shipped inside the package, loadable by folder name with no network.
 SHIPPED_DIR = Path(__file__).resolve().parent / "weights"
 
@@ -212,6 +224,7 @@ def _download(repo_id: str) -> Path:
     """Fetch a GPT-2 repo's config, weights and tokenizer files through the hub cache."""
     from huggingface_hub import hf_hub_download, snapshot_download
 
+    repo_id = hub_id(repo_id)
     patterns = [
         "config.json",
         "model.safetensors",

@@ -23,7 +23,7 @@ import numbers
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import tokenizers
 import torch
@@ -91,6 +91,7 @@ class Tokenizer:
         self.bos_token_id = int(bos_token_id)
         self.eos_token_id = int(eos_token_id)
         self.pad_token_id = int(pad_token_id)
+        self.padding_side: Literal["right", "left"] = "right"  # read by `__call__`, as Hugging Face's is
         # Set by `char_tokenizer`: `encode` then rejects characters outside it by name.
         self._alphabet: str | None = None
 
@@ -156,6 +157,89 @@ class Tokenizer:
         if not isinstance(token_str, str):
             raise TypeError(f"token_to_id: token_str must be a str, got {type(token_str).__name__}")
         return self.backend.token_to_id(token_str)
+
+    # -- Hugging Face's names, for transformer-lens' and SAELens' helpers ----------
+
+    @property
+    def bos_token(self) -> str:
+        return str(self.backend.id_to_token(self.bos_token_id))
+
+    @property
+    def eos_token(self) -> str:
+        return str(self.backend.id_to_token(self.eos_token_id))
+
+    @property
+    def pad_token(self) -> str:
+        return str(self.backend.id_to_token(self.pad_token_id))
+
+    def get_vocab(self) -> dict[str, int]:
+        """Every vocabulary entry (as spelled in the vocabulary, e.g. "Ġthe") to its id."""
+        return self.backend.get_vocab(with_added_tokens=True)
+
+    def convert_ids_to_tokens(self, ids: int | Sequence[int] | torch.Tensor) -> str | list[str]:
+        """The vocabulary entries of ids, unspelled ("Ġthe" for 262), as Hugging Face's method."""
+        one = _is_int(ids) or (isinstance(ids, torch.Tensor) and ids.dim() == 0)
+        checked = self._check_ids([int(ids)] if one else ids, "convert_ids_to_tokens")  # type: ignore[call-overload, arg-type]
+        tokens = [str(self.backend.id_to_token(i)) for i in checked]
+        return tokens[0] if one else tokens
+
+    def batch_decode(self, sequences: Sequence[Sequence[int]] | torch.Tensor) -> list[str]:
+        """`decode` of each row of a 2-D tensor or of a list of id lists."""
+        if isinstance(sequences, torch.Tensor) and sequences.dim() != 2:
+            raise ValueError(f"batch_decode: sequences must be 2-D, got a tensor of shape {tuple(sequences.shape)}")
+        if not isinstance(sequences, (torch.Tensor, list, tuple)):
+            raise TypeError(
+                f"batch_decode: sequences must be a list of id lists or a 2-D tensor, got {sequences!r:.60}"
+            )
+        return [self.decode(row) for row in sequences]
+
+    def __call__(
+        self,
+        text: str | Sequence[str],
+        *,
+        return_tensors: Literal["pt"] | None = None,
+        padding: bool | Literal["longest"] = False,
+        truncation: bool = False,
+        max_length: int | None = None,
+        add_special_tokens: bool = True,
+    ) -> dict[str, Any]:
+        """Hugging Face's tokenizer call: `{"input_ids", "attention_mask"}`, no BOS added (GPT-2's way).
+
+        One string gives flat lists, a list of strings a list per string. `padding=True` pads to
+        the longest with `pad_token_id` on `self.padding_side`; `return_tensors="pt"` gives int64
+        tensors `[batch, pos]` (and needs equal lengths or padding). `truncation=True` cuts each
+        to `max_length` tokens (from the right, as Hugging Face does).
+        """
+        del add_special_tokens  # GPT-2's tokenizer has none to add
+        if return_tensors not in (None, "pt"):
+            raise ValueError(f"tokenizer: return_tensors={return_tensors!r}; expected None or 'pt'")
+        if padding not in (True, False, "longest"):
+            raise ValueError(f"tokenizer: padding={padding!r}; expected True, False or 'longest'")
+        if max_length is not None and (not _is_int(max_length) or max_length < 1):
+            raise ValueError(f"tokenizer: max_length={max_length!r}; expected a positive int or None")
+        if truncation and max_length is None:
+            raise ValueError("tokenizer: truncation=True needs max_length")
+        single = isinstance(text, str)
+        texts = [text] if single else self._check_prompts(list(text) if isinstance(text, tuple) else text)  # type: ignore[arg-type]
+        rows = [self.encode(t)[:max_length] if truncation else self.encode(t) for t in texts]  # type: ignore[arg-type]
+        masks = [[1] * len(r) for r in rows]
+        if padding:
+            n = max(len(r) for r in rows)
+            pad = [n - len(r) for r in rows]
+            right = self.padding_side == "right"
+            rows = [
+                r + [self.pad_token_id] * k if right else [self.pad_token_id] * k + r
+                for r, k in zip(rows, pad, strict=True)
+            ]
+            masks = [m + [0] * k if right else [0] * k + m for m, k in zip(masks, pad, strict=True)]
+        out: dict[str, Any] = {"input_ids": rows, "attention_mask": masks}
+        if return_tensors == "pt":
+            if len({len(r) for r in rows}) > 1:
+                raise ValueError("tokenizer: return_tensors='pt' with texts of different lengths needs padding=True")
+            out = {k: torch.tensor(v, dtype=torch.int64) for k, v in out.items()}
+        elif single:
+            out = {k: v[0] for k, v in out.items()}
+        return out
 
     def to_tokens(
         self,

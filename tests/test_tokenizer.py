@@ -453,3 +453,62 @@ def test_decode_takes_one_id_and_to_single_str_token_gives_its_string() -> None:
         model.to_single_str_token("the")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="out of range"):
         tok.decode(tok.vocab_size)
+
+
+# -- Hugging Face's call surface (transformer-lens and SAELens helpers use it) ------
+
+HF_TEXTS = ["Hello world", "Hi", "naïve café 🙂 the end", "", " <|endoftext|> spaced"]
+
+
+def _as_lists(d) -> dict:
+    return {k: (v.tolist() if isinstance(v, torch.Tensor) else v) for k, v in dict(d).items()}
+
+
+@pytest.mark.parametrize("side", ["right", "left"])
+@pytest.mark.parametrize(
+    "kwargs",
+    [{}, {"padding": True}, {"padding": "longest", "return_tensors": "pt"}, {"truncation": True, "max_length": 2}],
+)
+def test_call_matches_hf(tok: Tokenizer, hf_tok, side: str, kwargs: dict) -> None:
+    hf_tok.pad_token = hf_tok.eos_token  # as transformer-lens sets it for GPT-2
+    hf_tok.padding_side = side
+    tok.padding_side = side  # type: ignore[assignment]
+    try:
+        ours, theirs = tok(HF_TEXTS, **kwargs), hf_tok(HF_TEXTS, **kwargs)
+        if kwargs.get("return_tensors") == "pt":
+            assert ours["input_ids"].dtype == torch.int64 and ours["input_ids"].shape == theirs["input_ids"].shape
+        assert _as_lists(ours) == _as_lists(theirs)
+        assert _as_lists(tok("Hello world", **kwargs)) == _as_lists(hf_tok("Hello world", **kwargs))
+    finally:
+        tok.padding_side = "right"
+
+
+def test_call_refuses_unpadded_ragged_tensors_and_bad_arguments(tok: Tokenizer) -> None:
+    with pytest.raises(ValueError, match="needs padding=True"):
+        tok(["Hello world", "Hi"], return_tensors="pt")
+    with pytest.raises(ValueError, match="return_tensors='tf'"):
+        tok("Hi", return_tensors="tf")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="padding='max'"):
+        tok("Hi", padding="max")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="truncation=True needs max_length"):
+        tok("Hi", truncation=True)
+    with pytest.raises(TypeError, match=r"input\[1\] must be a str"):
+        tok(["Hi", 3])  # type: ignore[list-item]
+
+
+def test_hf_vocabulary_surface_matches_hf(tok: Tokenizer, hf_tok) -> None:
+    assert tok.get_vocab() == hf_tok.get_vocab()
+    ids = [262, 15496, 50256, 0, 220]
+    assert tok.convert_ids_to_tokens(ids) == hf_tok.convert_ids_to_tokens(ids)
+    assert tok.convert_ids_to_tokens(262) == hf_tok.convert_ids_to_tokens(262) == "Ġthe"
+    assert tok.convert_ids_to_tokens(torch.tensor(ids)) == hf_tok.convert_ids_to_tokens(ids)
+    batch = torch.tensor([[15496, 995], [17250, 50256]])
+    assert tok.batch_decode(batch) == hf_tok.batch_decode(batch)
+    assert tok.batch_decode([[15496], [995, 262]]) == hf_tok.batch_decode([[15496], [995, 262]])
+    for name in ("bos_token", "eos_token", "bos_token_id", "eos_token_id"):
+        assert getattr(tok, name) == getattr(hf_tok, name), name
+    assert tok.pad_token == "<|endoftext|>" and tok.padding_side == "right" == type(hf_tok)().padding_side
+    with pytest.raises(ValueError, match="convert_ids_to_tokens: token id 50257"):
+        tok.convert_ids_to_tokens([50257])
+    with pytest.raises(ValueError, match="batch_decode: sequences must be 2-D"):
+        tok.batch_decode(torch.tensor([1, 2]))
