@@ -4,15 +4,10 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import weakref
 from dataclasses import dataclass
 from typing import Any, Literal
 
-import torch
-
 ACT_FNS = ("gelu_new", "gelu", "relu", "gelu_fast")
-# id(config) -> the model it belongs to (see Config._bind).
-_MODEL_OF: weakref.WeakValueDictionary[int, torch.nn.Module] = weakref.WeakValueDictionary()
 
 
 @dataclass
@@ -104,41 +99,6 @@ class Config:
         """transformer-lens' count of "hidden weight" parameters: W_Q, W_K, W_V, W_O, W_in, W_out
         (no embeddings, biases or LayerNorm weights)."""
         return self.n_layers * (4 * self.d_model * self.d_head * self.n_heads + 2 * self.d_model * self.d_mlp)
-
-    @property
-    def device(self) -> str:
-        """The device of the model this config belongs to ("cpu" if none), read live, so it follows
-        `model.to`. A str ("cpu", "cuda:0"), as transformer-lens' code compares it with strings."""
-        model = self._model()
-        return str(next(model.parameters()).device) if model is not None else "cpu"
-
-    @device.setter
-    def device(self, value: Any) -> None:
-        raise AttributeError(
-            f"Config.device={value!r}: the config follows its model; move the model with model.to(...)"
-        )
-
-    @property
-    def dtype(self) -> torch.dtype:
-        """The dtype of the model's weights (float32 if it has none), read live like `device`."""
-        model = self._model()
-        return next(model.parameters()).dtype if model is not None else torch.float32
-
-    @dtype.setter
-    def dtype(self, value: Any) -> None:
-        raise AttributeError(
-            f"Config.dtype={value!r}: the config follows its model; convert the model with model.to(...)"
-        )
-
-    def _bind(self, model: torch.nn.Module) -> None:
-        """Make `device` and `dtype` read `model` (weakly held; the last model bound wins). Kept
-        outside the instance, so `cfg.__dict__`, copies and pickles hold only the fields."""
-        if id(self) not in _MODEL_OF:
-            weakref.finalize(self, _MODEL_OF.pop, id(self), None)  # the id may be reused once self is gone
-        _MODEL_OF[id(self)] = model
-
-    def _model(self) -> torch.nn.Module | None:
-        return _MODEL_OF.get(id(self))
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

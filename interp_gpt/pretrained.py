@@ -23,18 +23,6 @@ if TYPE_CHECKING:
 class PretrainedMixin:
     """`from_pretrained` and `from_pretrained_no_processing`, transformer-lens' names."""
 
-    def __setattr__(self, name: str, value: Any) -> None:
-        # A model's cfg reports the model's device and dtype (transformer-lens code reads
-        # model.cfg.device): bind the config to the model it is assigned to.
-        if name == "cfg" and isinstance(value, Config):
-            value._bind(cast("torch.nn.Module", self))
-        super().__setattr__(name, value)
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        super().__setstate__(state)  # type: ignore[misc]  # nn.Module's, after this mixin in GPT's MRO
-        if isinstance(cfg := self.__dict__.get("cfg"), Config):
-            cfg._bind(cast("torch.nn.Module", self))  # a deepcopied or unpickled model
-
     @classmethod
     def from_pretrained(
         cls: Any,  # GPT, or a subclass

@@ -211,7 +211,7 @@ def test_warnings_filter_is_quiet_on_a_good_checkpoint(folder: Path) -> None:
         from_pretrained_no_processing(folder, tokenizer=None)
 
 
-@pytest.mark.parametrize("dtype", [torch.int64, "float32"])
+@pytest.mark.parametrize("dtype", [torch.int64, "float8", "int32"])
 def test_a_dtype_that_is_not_a_float_dtype_is_refused_by_name(folder: Path, dtype: object) -> None:
     with pytest.raises(TypeError, match="dtype="):
         from_pretrained_no_processing(folder, tokenizer=None, dtype=dtype)
