@@ -124,6 +124,8 @@ class HookPoint(nn.Module):
     @property
     def has_hooks(self) -> bool:
         """Whether a hook would fire here in the calling thread (fast paths skip this point if not)."""
+        if not self.fwd_hooks and not self.bwd_hooks:  # the common case, asked several times a layer
+            return False
         return bool(self._mine(self.fwd_hooks) or self._mine(self.bwd_hooks))
 
     def forward(self, x: Tensor) -> Tensor:
