@@ -46,6 +46,8 @@ def get_act_name(name: str, layer: int | None = None, layer_type: str | None = N
         raise TypeError(f"get_act_name: name must be a str, got {type(name).__name__}")
     if ("." in name or name.startswith("hook_")) and layer is None and layer_type is None:
         return name  # already a full name
+    if layer is not None and layer_type is None and name.startswith(f"blocks.{layer}."):
+        return name  # a full name in that layer (e.g. an SAE's feature hook), as the sweeps pass it
     packed = re.fullmatch(r"([a-z_]+?)(\d+)([a-z0-9_]*)", name)
     if packed and layer is None:  # "pre5", "scale4ln1", "k6a"
         name, layer, layer_type = packed.group(1), int(packed.group(2)), packed.group(3) or None
