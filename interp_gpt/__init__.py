@@ -26,6 +26,7 @@ from .loading import (
     save_hf_checkpoint,
 )
 from .model import GPT
+from .sae import SAE, SAEConfig
 from .utils import get_act_name
 
 __all__ = [
@@ -48,5 +49,7 @@ __all__ = [
     "to_transformers",
     "ComparisonReport",
     "FactoredMatrix",
+    "SAE",
+    "SAEConfig",
 ]
 __version__ = "0.1.0"

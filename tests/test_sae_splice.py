@@ -6,7 +6,9 @@ transformer-lens 3.9 venv (.venv-tl3) runs it; elsewhere it skips and says so.
 
 from __future__ import annotations
 
+import re
 import threading
+from pathlib import Path
 
 import pytest
 import torch
@@ -292,3 +294,15 @@ def test_splicing_equals_hooked_sae_transformer(
     assert FEATS in shared and (HOOK + ".hook_sae_error" in shared) == use_error_term
     for name in shared:
         torch.testing.assert_close(our_cache[name], their_cache[name], atol=1e-4, rtol=1e-4, msg=name)
+
+
+def test_readme_example_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    text = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    body = text.split("\n## Sparse autoencoders\n", 1)[1].split("\n## ", 1)[0]
+    block = re.findall(r"```python\n(.*?)```", body, flags=re.S)[0].replace("/tmp/my_sae", str(tmp_path / "my_sae"))
+    ns: dict = {}
+    exec(compile(block, "README.md (Sparse autoencoders)", "exec"), ns)
+    model, cache = ns["model"], ns["cache"]
+    assert cache[ns["feats"]].shape[-1] == 1024 and ns["model"].acts_to_saes == {}
+    torch.testing.assert_close(ns["logits"], model("The cat sat on the mat"), atol=1e-5, rtol=1e-5)
+    assert ns["ablated"].shape == ns["logits"].shape
