@@ -217,6 +217,10 @@ def test_release_found_in_the_local_hf_cache(tmp_path: Path, monkeypatch: pytest
     assert "someone/tiny-saes/blocks.5.hook_resid_pre/cfg.json" in msg and str(tmp_path / "hub") in msg
     with pytest.raises(ValueError, match="known sae-lens release names: gpt2-small-res-jb"):
         SAE.from_pretrained("not-a-release", HOOK)
+    with pytest.raises(FileNotFoundError, match="release='./no_such_folder': no such folder"):
+        SAE.from_pretrained("./no_such_folder")
+    with pytest.raises(ValueError, match="release='bad name/x y' is not a valid Hugging Face repo id"):
+        SAE.from_pretrained("bad name/x y", HOOK)
 
 
 # ----------------------------------------------------------------------------

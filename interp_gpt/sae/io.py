@@ -164,6 +164,10 @@ def find_release(release: str, sae_id: str | None) -> Path:
     from huggingface_hub import try_to_load_from_cache
 
     repo_id = KNOWN_RELEASES.get(release, release)
+    if release.startswith((".", "/", "~")) or Path(release).suffix:
+        raise FileNotFoundError(
+            f"release={release!r}: no such folder (an SAE folder holds {CFG_FILENAME} and {WEIGHTS_FILENAME})"
+        )
     if repo_id.count("/") != 1:
         raise ValueError(
             f"release={release!r} is neither a folder nor a Hugging Face repo id ('owner/name'); "
@@ -173,7 +177,10 @@ def find_release(release: str, sae_id: str | None) -> Path:
     cache = _hub_cache_dir()
     found: dict[str, Path] = {}
     for name in (CFG_FILENAME, WEIGHTS_FILENAME):
-        hit: Any = try_to_load_from_cache(repo_id, prefix + name, cache_dir=cache)
+        try:
+            hit: Any = try_to_load_from_cache(repo_id, prefix + name, cache_dir=cache)
+        except ValueError as e:  # huggingface_hub's HFValidationError: not a valid repo id
+            raise ValueError(f"release={release!r} is not a valid Hugging Face repo id ({e})") from e
         if isinstance(hit, str):
             found[name] = Path(hit)
     if len(found) == 2 and found[CFG_FILENAME].parent == found[WEIGHTS_FILENAME].parent:
