@@ -129,14 +129,14 @@ def _config_from_hf_tensors(sd: Mapping[str, Tensor], name: str) -> Config:
 
 
 def _config_from_tl_state_dict(sd: Mapping[str, Tensor], name: str) -> Config:
-    needed = ["embed.W_E", "pos_embed.W_pos", "blocks.0.attn.W_Q"]
-    _raise_if_bad(name, [k for k in needed if k not in sd], [], [])
-    if "blocks.0.mlp.W_in" not in sd:
+    if any(k.startswith("blocks.") for k in sd) and not any(".mlp." in k for k in sd):
         raise CheckpointError(
             f"{name}: a transformer-lens state dict without MLP weights (an attn_only model): its "
             "normalization_type and positional_embedding_type cannot be told from the tensors; pass config= "
             "(a Config, or the model's HookedTransformerConfig)"
         )
+    needed = ["embed.W_E", "pos_embed.W_pos", "blocks.0.attn.W_Q", "blocks.0.mlp.W_in"]
+    _raise_if_bad(name, [k for k in needed if k not in sd], [], [])
     d_vocab, d_model = sd["embed.W_E"].shape
     n_heads, _, d_head = sd["blocks.0.attn.W_Q"].shape
     layers = {int(m.group(1)) for k in sd if (m := re.match(r"blocks\.(\d+)\.", k))}
@@ -403,7 +403,10 @@ def load_source(source: Any, config: Config | None = None) -> tuple[Config, dict
         # Its own state dict is in HF's layout; tl_parameters() is the TL-layout view. After
         # processing it keeps LN weights of 1 and biases of 0, which compute the same as LNPre.
         cfg = _config_from_tl_cfg(source.cfg)
-        return cfg, _tl_state_dict({k: v.detach() for k, v in source.tl_parameters().items()}, cfg), None
+        params = {k: v.detach() for k, v in source.tl_parameters().items()}
+        if cfg.attn_only:  # 4.3's tl_parameters() lists zero MLP weights that its attention-only model never uses
+            params = {k: v for k, v in params.items() if ".mlp." not in k}
+        return cfg, _tl_state_dict(params, cfg), None
     elif hasattr(source, "config") and hasattr(source, "state_dict") and hasattr(source.config, "to_dict"):
         hf_config = source.config.to_dict()  # a transformers model
         name = getattr(source.config, "_name_or_path", None) or "transformers-model"
