@@ -165,7 +165,7 @@ _TL_FIXED = {
     "use_normalization_before_and_after": False,
     "output_logits_soft_cap": -1.0,
 }
-# Its fields ours shares by name (the toy-model fields and the opt-in hook points).
+# Its fields ours shares by name (the toy-model fields, the opt-in hook points, the tokenizer's).
 _TL_SHARED = (
     "attn_only",
     "positional_embedding_type",
@@ -174,6 +174,8 @@ _TL_SHARED = (
     "use_attn_in",
     "use_hook_mlp_in",
     "use_hook_tokens",
+    "tokenizer_name",
+    "default_prepend_bos",
 )
 
 

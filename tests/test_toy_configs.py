@@ -134,7 +134,7 @@ def test_arenas_induction_model_config_converts_as_is():
     cfg = config_from_transformer_lens(tl_cfg)
     assert (cfg.attn_only, cfg.normalization_type, cfg.positional_embedding_type) == (True, None, "shortformer")
     assert (cfg.n_layers, cfg.d_model, cfg.n_heads, cfg.d_head, cfg.n_ctx, cfg.d_vocab) == (2, 768, 12, 64, 2048, 50278)
-    assert cfg.use_attn_result and cfg.n_params == tl_cfg.n_params
+    assert cfg.use_attn_result and cfg.n_params == tl_cfg.n_params and cfg.tokenizer_name == "EleutherAI/gpt-neox-20b"
 
 
 @needs_tl3
@@ -391,3 +391,29 @@ def test_direct_logit_attribution_and_attention_patching_work_on_arenas_toy_mode
     assert torch.allclose(resid[0, -1], by_hand, atol=1e-5)
     with pytest.raises(KeyError, match="attn_only=True"):
         patching.get_act_patch_mlp_out(model, corrupted, cache, metric)
+
+
+@pytest.mark.parametrize("attn_only, norm, pos, extra", CASES, ids=IDS)
+def test_the_loader_expects_the_shapes_model_py_declares_for_toy_models(attn_only, norm, pos, extra):
+    from interp_gpt.convert import _expected_shapes
+
+    model = GPT(Config(**SMALL, attn_only=attn_only, normalization_type=norm, positional_embedding_type=pos))
+    assert _expected_shapes(model.cfg) == {k: tuple(p.shape) for k, p in model.named_parameters()}
+
+
+def test_what_an_attention_only_model_lacks_is_refused_by_name():
+    model = toy(attn_only=True, normalization_type=None)
+    _, cache = model.run_with_cache(tokens())
+    with pytest.raises(ValueError, match="W_in: this model has attn_only=True"):
+        model.W_in  # noqa: B018
+    with pytest.raises(ValueError, match="incl_mid=True: this model has attn_only=True"):
+        cache.accumulated_resid(incl_mid=True)
+    with pytest.raises(ValueError, match="mlp_input=True: this model has attn_only=True"):
+        cache.decompose_resid(layer=1, mlp_input=True)
+    with pytest.raises(KeyError, match="attn_only=True"):
+        cache["mlp_out", 0]
+    # logit_attrs needs no LayerNorm scale here: the attributions sum to the logit minus b_U.
+    parts = cache.decompose_resid(pos_slice=-1)
+    attrs = cache.logit_attrs(parts, tokens=3, pos_slice=-1)
+    logits = model(tokens())
+    torch.testing.assert_close(attrs.sum(0), logits[:, -1, 3] - model.unembed.b_U[3])
