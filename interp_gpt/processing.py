@@ -60,8 +60,8 @@ def center_writing_weights(sd: dict[str, Tensor], cfg: Config) -> None:
     Every reader of the residual stream starts with a LayerNorm that subtracts the
     mean, so removing it at the source changes no output.
     """
-    for reason in _toy_reasons(cfg):
-        raise ValueError(reason.format(step="center_writing_weights"))
+    if reasons := _toy_reasons(cfg):
+        raise ValueError(reasons[0].format(step="center_writing_weights"))
     for key in ["embed.W_E", "pos_embed.W_pos"] + [
         f"blocks.{L}.{m}" for L in range(cfg.n_layers) for m in ("attn.W_O", "attn.b_O", "mlp.W_out", "mlp.b_out")
     ]:
@@ -111,6 +111,8 @@ def process_weights(
     results replace the dict's entries in their own dtype, or with `inplace=True` are
     written into the tensors `sd` holds (no new memory; only for tensors that are the
     caller's to change, as from_pretrained's are). With every flag off it changes nothing.
+    Toy models (normalization_type=None, shortformer positions) skip, with a warning, the
+    steps that would change their outputs, as transformer-lens does (see _skip_for_toy_models).
     """
     if not (fold_ln or center_writing_weights or center_unembed or fold_value_biases):
         return sd
@@ -236,11 +238,13 @@ def _skip_for_toy_models(cfg: Config, fold_ln: bool, center_writing: bool, cente
     asked = {"fold_ln": fold_ln, "center_writing_weights": center_writing, "center_unembed": center_unembed}
     skipped = [k for k in keep if asked[k] and not keep[k]]
     if skipped:
-        what = [f"normalization_type={cfg.normalization_type!r}"] * norm_none + [
-            "positional_embedding_type='shortformer'"
-        ] * short
+        what = " and ".join(
+            f
+            for f, on in (("normalization_type=None", norm_none), ("positional_embedding_type='shortformer'", short))
+            if on
+        )
         warnings.warn(
-            f"process_weights: skipped {', '.join(skipped)} for a model with {' and '.join(what)}, "
+            f"process_weights: skipped {', '.join(skipped)} for a model with {what}, "
             "as transformer-lens does (see interp_gpt.processing._TOY_REASONS)",
             stacklevel=3,
         )
