@@ -208,6 +208,8 @@ class ActivationCache(Mapping[str, Tensor]):
         return value % (n + 1)
 
     def _check_mlp_input(self, layer: int, mlp_input: bool) -> None:
+        if mlp_input and self.model.cfg.attn_only:
+            raise ValueError("mlp_input=True: this model has attn_only=True, so no MLP (and no resid_mid)")
         if mlp_input and layer == self.model.cfg.n_layers:
             raise ValueError(
                 "mlp_input=True asks for the input to the MLP of `layer`, so layer must be "
@@ -233,6 +235,8 @@ class ActivationCache(Mapping[str, Tensor]):
     def _final_ln(self, stack: Stack) -> Stack:
         """ln_final applied to each component on its own (statistics recomputed per component)."""
         ln = self.model.ln_final
+        if self.model.cfg.normalization_type is None:
+            return stack
         x = stack - stack.mean(-1, keepdim=True)
         x = x / (x.pow(2).mean(-1, keepdim=True) + ln.eps).sqrt()
         if ln.has_params:  # unprocessed weights: the LayerNorm's own w and b
@@ -301,6 +305,8 @@ class ActivationCache(Mapping[str, Tensor]):
         """
         n = self.model.cfg.n_layers
         layer, pos = self._resid_at(layer, mlp_input, pos_slice)
+        if incl_mid and self.model.cfg.attn_only:
+            raise ValueError("incl_mid=True: this model has attn_only=True, so no resid_mid")
         parts, labels = [], []
         for L in range(layer):
             parts.append(self["resid_pre", L])
@@ -347,13 +353,13 @@ class ActivationCache(Mapping[str, Tensor]):
         layer, pos = self._resid_at(layer, mlp_input, pos_slice)
         parts, labels = [], []
         if incl_embeds:
-            parts += [self["hook_embed"], self["hook_pos_embed"]]
-            labels += ["embed", "pos_embed"]
+            parts += [self["hook_embed"]] + ([] if self._shortformer else [self["hook_pos_embed"]])
+            labels += ["embed"] + ([] if self._shortformer else ["pos_embed"])
         for L in range(layer):
             if mode != "mlp":
                 parts.append(self["attn_out", L])
                 labels.append(f"{L}_attn_out")
-            if mode != "attn":
+            if mode != "attn" and not self.model.cfg.attn_only:
                 parts.append(self["mlp_out", L])
                 labels.append(f"{L}_mlp_out")
         if mlp_input and mode != "mlp":
@@ -361,6 +367,13 @@ class ActivationCache(Mapping[str, Tensor]):
             labels.append(f"{layer}_attn_out")
         stack = torch.stack([_take(p, pos, -2) for p in parts]) if parts else self._empty(pos)
         return self._components(stack, labels, layer, mlp_input, pos_slice, apply_ln, return_labels)
+
+    @property
+    def _shortformer(self) -> bool:
+        """A shortformer model's pos_embed never enters the residual stream (it feeds each layer's
+        queries and keys): the decompositions leave it out, so their parts still sum to the stream.
+        (transformer-lens lists it anyway.)"""
+        return self.model.cfg.positional_embedding_type == "shortformer"
 
     def _empty(self, pos: Any) -> Stack:
         """A stack of no components, shaped like the (position-sliced) residual stream."""
@@ -480,6 +493,8 @@ class ActivationCache(Mapping[str, Tensor]):
         pos, batch = _index(pos_slice, "pos_slice"), _index(batch_slice, "batch_slice")
         if has_batch_dim:
             residual_stack = _take(residual_stack, batch, 1)
+        if self.model.cfg.normalization_type is None:  # no LayerNorm reads the stream: nothing to apply
+            return residual_stack
         scale = self._ln_scale(layer, mlp_input, pos, batch)
         try:
             fits = torch.broadcast_shapes(residual_stack.shape, scale.shape) == residual_stack.shape
@@ -558,7 +573,7 @@ class ActivationCache(Mapping[str, Tensor]):
         layer, pos = self._resid_at(layer, mlp_input, pos_slice)
         heads, labels = self.stack_head_results(layer + int(mlp_input), pos_slice=pos_slice, return_labels=True)
         parts = [heads]
-        if layer > 0:
+        if layer > 0 and not self.model.cfg.attn_only:
             if expand_neurons:
                 mlps, mlp_labels = self.stack_neuron_results(layer, pos_slice=pos_slice, return_labels=True)
             else:
@@ -567,8 +582,9 @@ class ActivationCache(Mapping[str, Tensor]):
                 )
             parts.append(mlps)
             labels += mlp_labels
-        parts += [_take(self["hook_embed"], pos, -2)[None], _take(self["hook_pos_embed"], pos, -2)[None]]
+        embeds = ["embed"] + ([] if self._shortformer else ["pos_embed"])
+        parts += [_take(self[f"hook_{e}"], pos, -2)[None] for e in embeds]
         bias = self.model.accumulated_bias(layer, mlp_input, include_mlp_biases=expand_neurons).detach()
         parts.append(bias.to(heads.device, heads.dtype).expand(1, *heads.shape[1:]))
-        labels += ["embed", "pos_embed", "bias"]
+        labels += embeds + ["bias"]
         return self._components(torch.cat(parts), labels, layer, mlp_input, pos_slice, apply_ln, return_labels)

@@ -8,6 +8,8 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 ACT_FNS = ("gelu_new", "gelu", "relu", "gelu_fast")
+NORMALIZATION_TYPES = ("LN", "LNPre", None)
+POSITIONAL_EMBEDDING_TYPES = ("standard", "shortformer")
 
 
 @dataclass
@@ -34,7 +36,8 @@ class Config:
     layer_norm_eps: float = 1e-5
     # "LN": LayerNorm with weight and bias. "LNPre": centre-and-scale only, used once
     # fold_ln has moved the weight and bias into the layer that reads the output.
-    normalization_type: Literal["LN", "LNPre"] = "LN"
+    # None: no normalisation at all (ARENA's toy models; see the toy-model fields below).
+    normalization_type: Literal["LN", "LNPre"] | None = "LN"
     init_range: float = 0.02  # std of the normal init, GPT-2's value
     model_name: str = "custom"
     tokenizer_name: str | None = "gpt2"  # which tokenizer `GPT.from_pretrained` attaches
@@ -45,6 +48,11 @@ class Config:
     use_attn_in: bool = False  # hook_attn_in [batch, pos, head, d_model]
     use_hook_mlp_in: bool = False  # hook_mlp_in [batch, pos, d_model]
     use_hook_tokens: bool = False  # hook_tokens [batch, pos]
+    # Toy models (ARENA 1.2's attention-only induction model), transformer-lens' names:
+    attn_only: bool = False  # blocks without MLP, ln2 or resid_mid: resid_post = resid_pre + attn_out
+    # "shortformer": the position embedding is added to every layer's query and key inputs
+    # (after ln1), never to the residual stream; hook_pos_embed still shows it.
+    positional_embedding_type: Literal["standard", "shortformer"] = "standard"
 
     def __post_init__(self) -> None:
         if self.d_head == -1:
@@ -64,8 +72,22 @@ class Config:
             raise ValueError(f"Config: layer_norm_eps must be a finite number >= 0, got {eps!r}")
         if self.act_fn not in ACT_FNS:
             raise ValueError(f"Config: act_fn={self.act_fn!r} is not one of {ACT_FNS}")
-        if self.normalization_type not in ("LN", "LNPre"):
-            raise ValueError(f"Config: normalization_type={self.normalization_type!r}, expected 'LN' or 'LNPre'")
+        if self.normalization_type not in NORMALIZATION_TYPES:
+            raise ValueError(
+                f"Config: normalization_type={self.normalization_type!r}, expected one of {NORMALIZATION_TYPES}"
+            )
+        self._check_toy_fields()
+
+    def _check_toy_fields(self) -> None:
+        if not isinstance(self.attn_only, bool):
+            raise ValueError(f"Config: attn_only must be True or False, got {self.attn_only!r}")
+        if self.positional_embedding_type not in POSITIONAL_EMBEDDING_TYPES:
+            raise ValueError(
+                f"Config: positional_embedding_type={self.positional_embedding_type!r}, "
+                f"expected one of {POSITIONAL_EMBEDDING_TYPES} ('rotary' and 'alibi' are not supported)"
+            )
+        if self.attn_only and self.use_hook_mlp_in:
+            raise ValueError("Config: use_hook_mlp_in=True with attn_only=True: an attention-only model has no MLP")
 
     # -- transformer-lens' derived names (not fields: `to_dict` is unchanged) ------
 
@@ -98,7 +120,8 @@ class Config:
     def n_params(self) -> int:
         """transformer-lens' count of "hidden weight" parameters: W_Q, W_K, W_V, W_O, W_in, W_out
         (no embeddings, biases or LayerNorm weights)."""
-        return self.n_layers * (4 * self.d_model * self.d_head * self.n_heads + 2 * self.d_model * self.d_mlp)
+        mlp = 0 if self.attn_only else 2 * self.d_model * self.d_mlp
+        return self.n_layers * (4 * self.d_model * self.d_head * self.n_heads + mlp)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

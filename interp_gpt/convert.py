@@ -129,6 +129,12 @@ def _config_from_hf_tensors(sd: Mapping[str, Tensor], name: str) -> Config:
 
 
 def _config_from_tl_state_dict(sd: Mapping[str, Tensor], name: str) -> Config:
+    if any(k.startswith("blocks.") for k in sd) and not any(".mlp." in k for k in sd):
+        raise CheckpointError(
+            f"{name}: a transformer-lens state dict without MLP weights (an attn_only model): its "
+            "normalization_type and positional_embedding_type cannot be told from the tensors; pass config= "
+            "(a Config, or the model's HookedTransformerConfig)"
+        )
     needed = ["embed.W_E", "pos_embed.W_pos", "blocks.0.attn.W_Q", "blocks.0.mlp.W_in"]
     _raise_if_bad(name, [k for k in needed if k not in sd], [], [])
     d_vocab, d_model = sd["embed.W_E"].shape
@@ -147,35 +153,72 @@ def _config_from_tl_state_dict(sd: Mapping[str, Tensor], name: str) -> Config:
     )
 
 
-def _config_from_tl_cfg(tl_cfg: Any) -> Config:
-    checks = {
-        "positional_embedding_type": "standard",
-        "attn_only": False,
-        "parallel_attn_mlp": False,
-        "final_rms": False,
-        "gated_mlp": False,
-    }
-    for attr, want in checks.items():
+# transformer-lens config fields our model has no equivalent for, and the value it needs.
+_TL_FIXED = {
+    "parallel_attn_mlp": False,
+    "final_rms": False,
+    "gated_mlp": False,
+    "use_local_attn": False,
+    "n_key_value_heads": None,
+    "use_attn_scale": True,
+    "scale_attn_by_inverse_layer_idx": False,
+    "use_normalization_before_and_after": False,
+    "output_logits_soft_cap": -1.0,
+}
+# Its fields ours shares by name (the toy-model fields, the opt-in hook points, the tokenizer's).
+_TL_SHARED = (
+    "attn_only",
+    "positional_embedding_type",
+    "use_attn_result",
+    "use_split_qkv_input",
+    "use_attn_in",
+    "use_hook_mlp_in",
+    "use_hook_tokens",
+    "tokenizer_name",
+    "default_prepend_bos",
+)
+
+
+def config_from_transformer_lens(tl_cfg: Any) -> Config:
+    """Our `Config` for a transformer-lens `HookedTransformerConfig` (or a bridge's cfg) of a
+    GPT-2-style model, including ARENA's toy models (attn_only, normalization_type None,
+    shortformer). A field with no equivalent here (rotary, a gated MLP ...) is refused by name.
+
+    Example:
+        >>> tl_cfg = HookedTransformerConfig(d_model=768, d_head=64, n_heads=12, n_layers=2, n_ctx=2048,
+        ...     d_vocab=50278, attn_only=True, normalization_type=None, positional_embedding_type="shortformer")
+        >>> model = GPT(config_from_transformer_lens(tl_cfg)); model.load_state_dict(tl_state_dict, strict=True)
+    """
+    for attr, want in _TL_FIXED.items():
         got = getattr(tl_cfg, attr, want)
         if got != want:
-            raise CheckpointError(f"transformer-lens model: cfg.{attr}={got!r}, a GPT-2 has {want!r}")
-    if tl_cfg.normalization_type not in ("LN", "LNPre"):
-        raise CheckpointError(
-            f"transformer-lens model: normalization_type={tl_cfg.normalization_type!r}, expected 'LN' or 'LNPre'"
+            raise CheckpointError(f"transformer-lens config: cfg.{attr}={got!r}; interp_gpt supports only {want!r}")
+    d_vocab_out = getattr(tl_cfg, "d_vocab_out", tl_cfg.d_vocab)
+    if d_vocab_out not in (-1, tl_cfg.d_vocab):
+        raise CheckpointError(f"transformer-lens config: d_vocab_out={d_vocab_out} != d_vocab={tl_cfg.d_vocab}")
+    shared = {f: getattr(tl_cfg, f) for f in _TL_SHARED if hasattr(tl_cfg, f)}
+    attn_only = bool(shared.get("attn_only", False))
+    try:
+        return Config(
+            n_layers=tl_cfg.n_layers,
+            d_model=tl_cfg.d_model,
+            n_heads=tl_cfg.n_heads,
+            d_head=tl_cfg.d_head,
+            # An attention-only model has neither: TL leaves them None (d_mlp then only sizes nothing).
+            d_mlp=-1 if attn_only and not tl_cfg.d_mlp else tl_cfg.d_mlp,
+            act_fn="gelu_new" if attn_only and tl_cfg.act_fn is None else tl_cfg.act_fn,
+            d_vocab=tl_cfg.d_vocab,
+            n_ctx=tl_cfg.n_ctx,
+            layer_norm_eps=tl_cfg.eps,
+            normalization_type=tl_cfg.normalization_type,
+            model_name=getattr(tl_cfg, "model_name", "custom"),
+            **shared,
         )
-    return Config(
-        n_layers=tl_cfg.n_layers,
-        d_model=tl_cfg.d_model,
-        n_heads=tl_cfg.n_heads,
-        d_head=tl_cfg.d_head,
-        d_mlp=tl_cfg.d_mlp,
-        d_vocab=tl_cfg.d_vocab,
-        n_ctx=tl_cfg.n_ctx,
-        act_fn=tl_cfg.act_fn,
-        layer_norm_eps=tl_cfg.eps,
-        normalization_type=tl_cfg.normalization_type,
-        model_name=getattr(tl_cfg, "model_name", "custom"),
-    )
+    except ValueError as e:
+        raise CheckpointError(f"transformer-lens config: {e}") from None
+
+
+_config_from_tl_cfg = config_from_transformer_lens
 
 
 # ----------------------------------------------------------------------------
@@ -202,6 +245,7 @@ def convert_hf_gpt2_state_dict(
     read from, the two tensors that must be copied (c_attn, split into W_Q/W_K/W_V, and W_U)
     are copied out of maps of their own, so the file's pages are not also left resident.
     """
+    _refuse_toy(cfg, "a Hugging Face GPT-2 checkpoint")
     sd = {k.removeprefix("transformer."): v for k, v in hf_sd.items() if not _HF_BUFFER.search(k)}
     h, dh, d, dm, V = cfg.n_heads, cfg.d_head, cfg.d_model, cfg.d_mlp, cfg.d_vocab
     missing: list[str] = []
@@ -265,6 +309,7 @@ def convert_hf_gpt2_state_dict(
 
 def convert_to_hf_gpt2_state_dict(model: GPT) -> dict[str, Tensor]:
     """Our (unprocessed) weights in Hugging Face GPT-2's layout: the inverse of the above."""
+    _refuse_toy(model.cfg, "Hugging Face's GPT-2 layout")
     if model.cfg.normalization_type != "LN":
         raise ValueError(
             "convert_to_hf_gpt2_state_dict: the model's LayerNorm weights were folded; load it with from_pretrained_no_processing"
@@ -300,6 +345,14 @@ def convert_to_hf_gpt2_state_dict(model: GPT) -> dict[str, Tensor]:
     return {k: v.contiguous().clone() for k, v in out.items()}
 
 
+def _refuse_toy(cfg: Config, what: str) -> None:
+    """Hugging Face's GPT-2 has MLPs, LayerNorms and position embeddings in the residual stream."""
+    toy = {"attn_only": True, "normalization_type": None, "positional_embedding_type": "shortformer"}
+    bad = [f"{k}={getattr(cfg, k)!r}" for k, v in toy.items() if getattr(cfg, k) == v]
+    if bad:
+        raise CheckpointError(f"{what} cannot hold a model with {', '.join(bad)} (a transformer-lens toy model)")
+
+
 def _raise_if_bad(name: str, missing: list[str], unexpected: list[str], misshaped: list[str]) -> None:
     if not (missing or unexpected or misshaped):
         return
@@ -325,6 +378,10 @@ def load_source(source: Any, config: Config | None = None) -> tuple[Config, dict
     files: list[Path] = []
     hf_config: Mapping[str, Any] | None = None
     name = "custom"
+    if config is not None and not isinstance(config, Config):
+        if not hasattr(config, "positional_embedding_type"):
+            raise TypeError(f"config: expected a Config or a HookedTransformerConfig, got {type(config).__name__}")
+        config = config_from_transformer_lens(config)
     if isinstance(source, (str, os.PathLike)):
         path = Path(source).expanduser()
         name = str(source)
@@ -348,7 +405,10 @@ def load_source(source: Any, config: Config | None = None) -> tuple[Config, dict
         # Its own state dict is in HF's layout; tl_parameters() is the TL-layout view. After
         # processing it keeps LN weights of 1 and biases of 0, which compute the same as LNPre.
         cfg = _config_from_tl_cfg(source.cfg)
-        return cfg, _tl_state_dict({k: v.detach() for k, v in source.tl_parameters().items()}, cfg), None
+        params = {k: v.detach() for k, v in source.tl_parameters().items()}
+        if cfg.attn_only:  # 4.3's tl_parameters() lists zero MLP weights that its attention-only model never uses
+            params = {k: v for k, v in params.items() if ".mlp." not in k}
+        return cfg, _tl_state_dict(params, cfg), None
     elif hasattr(source, "config") and hasattr(source, "state_dict") and hasattr(source.config, "to_dict"):
         hf_config = source.config.to_dict()  # a transformers model
         name = getattr(source.config, "_name_or_path", None) or "transformers-model"
@@ -394,13 +454,17 @@ def _tl_state_dict(sd: Mapping[str, Tensor], cfg: Config) -> dict[str, Tensor]:
 def _expected_shapes(cfg: Config) -> dict[str, tuple[int, ...]]:
     """Every parameter's shape for `cfg`, as model.py declares them (tests/test_loading.py checks they agree)."""
     h, d, dh, dm = cfg.n_heads, cfg.d_model, cfg.d_head, cfg.d_mlp
-    ln = cfg.normalization_type == "LN"  # LNPre (after fold_ln) has no parameters
+    ln = cfg.normalization_type == "LN"  # LNPre (after fold_ln) and None have no parameters
+    mlp = not cfg.attn_only
     shapes: dict[str, tuple[int, ...]] = {"embed.W_E": (cfg.d_vocab, d), "pos_embed.W_pos": (cfg.n_ctx, d)}
     for L in range(cfg.n_layers):
         q = f"blocks.{L}."
-        shapes.update({q + f"{n}.{p}": (d,) for n in ("ln1", "ln2") for p in ("w", "b") if ln})
+        shapes.update({q + f"{n}.{p}": (d,) for n in ("ln1", "ln2") for p in ("w", "b") if ln and (mlp or n == "ln1")})
         shapes.update({q + f"attn.W_{X}": (h, d, dh) for X in "QKV"} | {q + f"attn.b_{X}": (h, dh) for X in "QKV"})
         shapes.update({q + "attn.W_O": (h, dh, d), q + "attn.b_O": (d,)})
-        shapes.update({q + "mlp.W_in": (d, dm), q + "mlp.b_in": (dm,), q + "mlp.W_out": (dm, d), q + "mlp.b_out": (d,)})
+        if mlp:
+            shapes.update(
+                {q + "mlp.W_in": (d, dm), q + "mlp.b_in": (dm,), q + "mlp.W_out": (dm, d), q + "mlp.b_out": (d,)}
+            )
     shapes.update({f"ln_final.{p}": (d,) for p in ("w", "b") if ln})
     return shapes | {"unembed.W_U": (d, cfg.d_vocab), "unembed.b_U": (cfg.d_vocab,)}

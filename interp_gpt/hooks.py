@@ -412,6 +412,10 @@ class HookedGPT(HookedModule):
 
     def _unknown_hook_error(self, name: str) -> KeyError:
         flag = _opt_in_flag(name)
+        if self.cfg.attn_only and re.search(r"\.(mlp|ln2)\.|hook_(mlp_in|mlp_out|resid_mid)$", name):
+            return KeyError(f"no hook point {name!r}: this model has attn_only=True (no MLP, ln2 or resid_mid)")
+        if self.cfg.normalization_type is None and re.search(r"\bln(1|2|_final)\.hook_", name):
+            return KeyError(f"no hook point {name!r}: this model has normalization_type=None (no LayerNorm hooks)")
         if flag and not getattr(self.cfg, flag):
             return KeyError(
                 f"hook point {name!r} is opt-in and off: set cfg.{flag}=True (model.set_{flag}(True)) to create it"
@@ -436,6 +440,8 @@ class HookedGPT(HookedModule):
 
     def set_use_hook_mlp_in(self, value: bool) -> None:
         """Expose the MLP's input as `blocks.L.hook_mlp_in`."""
+        if value and self.cfg.attn_only:
+            raise ValueError("set_use_hook_mlp_in(True): this model has attn_only=True, so no MLP input to hook")
         self._set_flag("use_hook_mlp_in", value)
 
     def run_with_cache(self, *model_args: Any, names_filter: Any = None, **kwargs: Any) -> tuple[Any, Any]:

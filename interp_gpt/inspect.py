@@ -43,7 +43,7 @@ from .checks import (
     check_shape,
     check_type,
 )
-from .model import GPT
+from .model import GPT, LayerNorm
 from .planted import PLANTED_ALPHABET as PLANTED_ALPHABET
 from .planted import planted_heads_model
 
@@ -309,10 +309,12 @@ def accumulated_resid(
 def _unembed(model: GPT, resid: Float[Tensor, "... d_model"]) -> Float[Tensor, "... d_vocab"]:
     """ln_final (its statistics computed on `resid` itself) then the unembedding."""
     ln = model.ln_final
-    x = resid - resid.mean(-1, keepdim=True)
-    x = x / (x.pow(2).mean(-1, keepdim=True) + ln.eps).sqrt()
-    if ln.has_params:
-        x = x * ln.w.detach() + ln.b.detach()
+    x = resid
+    if isinstance(ln, LayerNorm):  # (normalization_type=None: no LayerNorm at all)
+        x = x - x.mean(-1, keepdim=True)
+        x = x / (x.pow(2).mean(-1, keepdim=True) + ln.eps).sqrt()
+        if ln.has_params:
+            x = x * ln.w.detach() + ln.b.detach()
     return x @ model.unembed.W_U.detach() + model.unembed.b_U.detach()
 
 
@@ -411,23 +413,28 @@ def direct_logit_attribution(
     n_batch, n_pos = embed.shape[:2]
     p = _pos_index(pos, n_pos, caller)
     b = _batch_index(batch, n_batch, caller)
-    parts = [embed[:, p], cached_activation(cache, "hook_pos_embed", caller)[:, p]]  # each [batch, d_model]
-    labels = ["embed", "pos_embed"]
+    parts, labels = [embed[:, p]], ["embed"]  # each [batch, d_model]
+    if cfg.positional_embedding_type != "shortformer":  # (a shortformer's pos_embed never enters the stream)
+        parts.append(cached_activation(cache, "hook_pos_embed", caller)[:, p])
+        labels.append("pos_embed")
     for L in range(cfg.n_layers):
         z = cached_activation(cache, f"blocks.{L}.attn.hook_z", caller)[:, p]  # [batch, head, d_head]
         W_O = model.blocks[L].attn.W_O.detach().to(z.dtype)
         heads = einops.einsum(z, W_O, "batch head d_head, head d_head d_model -> head batch d_model")
         parts += list(heads)
         labels += [f"L{L}H{h}" for h in range(cfg.n_heads)]
-    for L in range(cfg.n_layers):
+    for L in range(0 if cfg.attn_only else cfg.n_layers):
         parts.append(cached_activation(cache, f"blocks.{L}.hook_mlp_out", caller)[:, p])
         labels.append(f"L{L} MLP")
     b_O = sum(model.blocks[L].attn.b_O.detach() for L in range(cfg.n_layers))
     parts.append(b_O.expand_as(parts[0]))
     labels.append("attn biases")
     stack = torch.stack(parts)  # [component, batch, d_model]
-    scale = cached_activation(cache, "ln_final.hook_scale", caller)[:, p]  # [batch, 1]
-    normed = (stack - stack.mean(-1, keepdim=True)) / scale
+    if cfg.normalization_type is None:  # no ln_final
+        normed = stack
+    else:
+        scale = cached_activation(cache, "ln_final.hook_scale", caller)[:, p]  # [batch, 1]
+        normed = (stack - stack.mean(-1, keepdim=True)) / scale
     direction, offset = _logit_readout(cache, answer, wrong, n_batch, caller)
     attrs = (normed * direction.to(normed.dtype)).sum(-1)  # [component, batch]
     attrs = torch.cat([attrs, offset.to(attrs.dtype)[None]])

@@ -23,7 +23,7 @@ import torch.nn.functional as F
 from jaxtyping import Float, Int
 from torch import Tensor, nn
 
-from .activations import ACTIVATIONS, IN_PLACE, add_bias, gelu_fast, gelu_new  # noqa: F401 (re-exported)
+from .activations import ACTIVATIONS, IN_PLACE, add_bias, gelu_fast, gelu_new, unembed_in_slices  # noqa: F401
 from .checks import check_layer, check_resid
 from .config import Config
 from .factored import FactoredMatrix
@@ -100,6 +100,17 @@ class LayerNorm(nn.Module):
         scale = self.hook_scale((x.pow(2).mean(-1, keepdim=True) + self.eps).sqrt())
         x = self.hook_normalized(x / scale)
         return x * self.w + self.b if self.has_params else x
+
+
+class NoNorm(nn.Identity):
+    """`normalization_type=None` (toy models): ln1, ln2 and ln_final pass the stream through
+    unchanged, with no parameters and no hook points, as in transformer-lens."""
+
+    has_params = False
+
+
+def make_norm(cfg: Config) -> LayerNorm | NoNorm:
+    return NoNorm() if cfg.normalization_type is None else LayerNorm(cfg)
 
 
 class Attention(nn.Module):
@@ -252,19 +263,21 @@ class TransformerBlock(nn.Module):
         super().__init__()
         self.cfg = cfg
         self.layer = layer
-        self.ln1 = LayerNorm(cfg)
+        self.ln1 = make_norm(cfg)
         self.attn = Attention(cfg)
-        self.ln2 = LayerNorm(cfg)
-        self.mlp = MLP(cfg)
+        if not cfg.attn_only:  # an attention-only block has no ln2, MLP, resid_mid or mlp hooks
+            self.ln2 = make_norm(cfg)
+            self.mlp = MLP(cfg)
         self.hook_resid_pre = HookPoint()  # [batch, posn, d_model]
         self.hook_attn_in = HookPoint()  # [batch, posn, n_heads, d_model], opt-in: cfg.use_attn_in
         self.hook_q_input = HookPoint()  # [batch, posn, n_heads, d_model], opt-in: cfg.use_split_qkv_input
         self.hook_k_input = HookPoint()  # [batch, posn, n_heads, d_model], opt-in: cfg.use_split_qkv_input
         self.hook_v_input = HookPoint()  # [batch, posn, n_heads, d_model], opt-in: cfg.use_split_qkv_input
         self.hook_attn_out = HookPoint()  # [batch, posn, d_model]
-        self.hook_resid_mid = HookPoint()  # [batch, posn, d_model]
-        self.hook_mlp_in = HookPoint()  # [batch, posn, d_model], opt-in: cfg.use_hook_mlp_in
-        self.hook_mlp_out = HookPoint()  # [batch, posn, d_model]
+        if not cfg.attn_only:
+            self.hook_resid_mid = HookPoint()  # [batch, posn, d_model]
+            self.hook_mlp_in = HookPoint()  # [batch, posn, d_model], opt-in: cfg.use_hook_mlp_in
+            self.hook_mlp_out = HookPoint()  # [batch, posn, d_model]
         self.hook_resid_post = HookPoint()  # [batch, posn, d_model]
 
     def forward(
@@ -272,6 +285,8 @@ class TransformerBlock(nn.Module):
         resid_pre: Float[Tensor, "batch posn d_model"],
         attention_mask: Int[Tensor, "batch key_pos"] | None = None,
         kv_cache: KVCache | None = None,
+        *,
+        shortformer_pos_embed: Float[Tensor, "batch posn d_model"] | None = None,
     ) -> Float[Tensor, "batch posn d_model"]:
         cfg = self.cfg
         resid_pre = self.hook_resid_pre(resid_pre)
@@ -287,9 +302,14 @@ class TransformerBlock(nn.Module):
                 q_in = k_in = v_in = self.ln1(attn_in)
         else:
             q_in = k_in = v_in = self.ln1(resid_pre)
+        if shortformer_pos_embed is not None:  # positions reach the queries and keys only, after ln1
+            pos = shortformer_pos_embed if q_in.ndim == 3 else shortformer_pos_embed[:, :, None]
+            q_in, k_in = q_in + pos, k_in + pos
         attn_out = self.hook_attn_out(
             self.attn(q_in, k_in, v_in, attention_mask, None if kv_cache is None else (kv_cache, self.layer))
         )
+        if cfg.attn_only:
+            return self.hook_resid_post(resid_pre + attn_out)
         resid_mid = self.hook_resid_mid(resid_pre + attn_out)
         mlp_in = self.hook_mlp_in(resid_mid.clone()) if cfg.use_hook_mlp_in else resid_mid
         mlp_out = self.hook_mlp_out(self.mlp(self.ln2(mlp_in)))
@@ -304,32 +324,13 @@ class Unembed(nn.Module):
         self.hook_in = HookPoint()  # [batch, posn, d_model]
         self.hook_out = HookPoint()  # [batch, posn, d_vocab]
 
-    # Vocabulary slice width of the CPU fast path below.
-    VOCAB_SLICE = 2048
+    VOCAB_SLICE = 2048  # vocabulary slice width of the CPU fast path (see unembed_in_slices)
 
     def forward(self, x: Float[Tensor, "batch posn d_model"]) -> Float[Tensor, "batch posn d_vocab"]:
         x = self.hook_in(x)
-        d_vocab = self.W_U.shape[1]
-        if (
-            x.device.type != "cpu"
-            or torch.is_grad_enabled()
-            or x.shape[:-1].numel() < 64
-            or d_vocab <= 2 * self.VOCAB_SLICE
-        ):
-            logits = einops.einsum(x, self.W_U, "batch posn d_model, d_model d_vocab -> batch posn d_vocab") + self.b_U
-        else:
-            # The same einsum one slice of the vocabulary at a time. GPT-2's W_U (154 MB) is
-            # far larger than the CPU's cache; a [d_model, 2048] slice fits, and every position
-            # reuses it before the next is read. This matmul is a third of a GPT-2 forward, and
-            # slicing it took the whole forward from ~1.0 to ~0.87 x Hugging Face's time on a
-            # 2-core CPU (bench/run.py, forward, 4 x 128 tokens).
-            logits = x.new_empty(*x.shape[:-1], d_vocab)
-            for start in range(0, d_vocab, self.VOCAB_SLICE):
-                cols = slice(start, start + self.VOCAB_SLICE)
-                sliced = einops.einsum(
-                    x, self.W_U[:, cols], "batch posn d_model, d_model d_vocab -> batch posn d_vocab"
-                )
-                torch.add(sliced, self.b_U[cols], out=logits[..., cols])  # the bias add writes the slice in place
+        if x.device.type == "cpu" and not torch.is_grad_enabled() and x.shape[:-1].numel() >= 64:
+            return self.hook_out(unembed_in_slices(x, self.W_U, self.b_U, self.VOCAB_SLICE))  # the same, faster
+        logits = einops.einsum(x, self.W_U, "batch posn d_model, d_model d_vocab -> batch posn d_vocab") + self.b_U
         return self.hook_out(logits)
 
 
@@ -361,7 +362,7 @@ class GPT(GenerationMixin, TextMixin, StackedWeightsMixin, PretrainedMixin, SAES
         self.hook_pos_embed = HookPoint()  # [batch, posn, d_model]
         self.hook_tokens = HookPoint()  # [batch, posn], opt-in: cfg.use_hook_tokens
         self.blocks = nn.ModuleList([TransformerBlock(cfg, i) for i in range(cfg.n_layers)])
-        self.ln_final = LayerNorm(cfg)
+        self.ln_final = make_norm(cfg)
         self.unembed = Unembed(cfg)
         if not self.unembed.W_U.is_meta:  # a loader builds on "meta" and assigns the weights
             self.init_weights()
@@ -413,6 +414,7 @@ class GPT(GenerationMixin, TextMixin, StackedWeightsMixin, PretrainedMixin, SAES
         past = 0 if past_kv_cache is None else past_kv_cache.length
         if past_kv_cache is not None and (start_at_layer is not None or stop is not None):
             raise ValueError("past_kv_cache cannot be combined with start_at_layer / stop_at_layer")
+        shortformer = self.cfg.positional_embedding_type == "shortformer"
         with rollback_on_error(past_kv_cache):  # a forward cut short (an error, Ctrl-C) leaves the cache as it was
             if start_at_layer is None:
                 tokens, attention_mask = self._tokens_and_mask(input, prepend_bos, padding_side, attention_mask, past)
@@ -422,15 +424,17 @@ class GPT(GenerationMixin, TextMixin, StackedWeightsMixin, PretrainedMixin, SAES
                     tokens = self.hook_tokens(tokens)
                 embed = self.hook_embed(self.embed(tokens))
                 pos_embed = self.hook_pos_embed(self.pos_embed(tokens, past, attention_mask))
-                resid = embed + pos_embed
+                resid = embed if shortformer else embed + pos_embed  # shortformer: pos_embed goes to q, k
             else:
                 dtype = None if torch.is_autocast_enabled() else self.W_E.dtype  # autocast mixes dtypes on purpose
                 resid = check_resid(input, self.cfg.d_model, "input (with start_at_layer)", dtype)
                 tokens = None if tokens is None else self._check_tokens(tokens, arg="tokens")
                 attention_mask = None if attention_mask is None else self._check_mask(attention_mask, resid[..., 0])
+                pos_embed = self.pos_embed(resid[..., 0], 0, attention_mask) if shortformer else None
 
+            short = pos_embed if shortformer else None  # shortformer: each layer's queries and keys add it
             for block in self.blocks[start:stop]:
-                resid = block(resid, attention_mask, past_kv_cache)
+                resid = block(resid, attention_mask, past_kv_cache, shortformer_pos_embed=short)
             if stop is not None:
                 return resid
 

@@ -3,6 +3,7 @@ center_writing_weights, center_unembed, fold_value_biases. Each leaves every log
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping
 
 import einops
@@ -44,6 +45,8 @@ def fold_layer_norm(sd: dict[str, Tensor], cfg: Config, center_weights: bool = T
             if center_weights:
                 W.sub_(W.mean(d_model_axis, keepdim=True))
 
+    if cfg.positional_embedding_type == "shortformer" and any(k.endswith(".w") for k in sd):
+        raise ValueError(_TOY_REASONS["shortformer"].format(step="fold_layer_norm"))
     for L in _layers_in(sd, cfg):
         q = f"blocks.{L}."
         fold(q + "ln1", [(q + f"attn.W_{X}", q + f"attn.b_{X}") for X in "QKV"], d_model_axis=1)
@@ -57,6 +60,8 @@ def center_writing_weights(sd: dict[str, Tensor], cfg: Config) -> None:
     Every reader of the residual stream starts with a LayerNorm that subtracts the
     mean, so removing it at the source changes no output.
     """
+    if reasons := _toy_reasons(cfg):
+        raise ValueError(reasons[0].format(step="center_writing_weights"))
     for key in ["embed.W_E", "pos_embed.W_pos"] + [
         f"blocks.{L}.{m}" for L in range(cfg.n_layers) for m in ("attn.W_O", "attn.b_O", "mlp.W_out", "mlp.b_out")
     ]:
@@ -106,11 +111,14 @@ def process_weights(
     results replace the dict's entries in their own dtype, or with `inplace=True` are
     written into the tensors `sd` holds (no new memory; only for tensors that are the
     caller's to change, as from_pretrained's are). With every flag off it changes nothing.
+    Toy models (normalization_type=None, shortformer positions) skip, with a warning, the
+    steps that would change their outputs, as transformer-lens does (see _skip_for_toy_models).
     """
     if not (fold_ln or center_writing_weights or center_unembed or fold_value_biases):
         return sd
-    if fold_ln and cfg.normalization_type not in ("LN", "LNPre"):
-        raise ValueError(f"fold_ln: cannot fold normalization_type={cfg.normalization_type!r}")
+    fold_ln, center_writing_weights, center_unembed = _skip_for_toy_models(
+        cfg, fold_ln, center_writing_weights, center_unembed
+    )
     fold = fold_ln and cfg.normalization_type == "LN"
 
     # A piece: (key, index) pairs, where index picks the rows or columns of sd[key] it holds.
@@ -194,3 +202,50 @@ def process_weights(
 
 # process_weights holds this many rows of W_E, or columns of W_U, in float64 at once.
 _PROCESS_CHUNK = 4096
+
+
+# Why a step would change a toy model's outputs (transformer-lens skips these steps there too).
+_TOY_REASONS = {
+    "norm": "{step}: with normalization_type=None nothing centres the residual stream, so centring what "
+    "writes to it would change the model's outputs (and there is no LayerNorm to fold)",
+    "shortformer": "{step}: with positional_embedding_type='shortformer' W_pos is added to the queries' and "
+    "keys' inputs after ln1, so folding ln1 or centring W_pos would change the model's outputs",
+}
+
+
+def _toy_reasons(cfg: Config) -> list[str]:
+    return [
+        _TOY_REASONS[k]
+        for k, on in (
+            ("norm", cfg.normalization_type is None),
+            ("shortformer", cfg.positional_embedding_type == "shortformer"),
+        )
+        if on
+    ]
+
+
+def _skip_for_toy_models(cfg: Config, fold_ln: bool, center_writing: bool, center_unembed: bool) -> tuple[bool, ...]:
+    """The flags process_weights keeps for `cfg`, as transformer-lens does: with normalization_type=None
+    it skips fold_ln and center_writing_weights, and its from_pretrained skips fold_ln,
+    center_writing_weights and center_unembed for a shortformer model. A warning names what was skipped."""
+    norm_none = cfg.normalization_type is None
+    short = cfg.positional_embedding_type == "shortformer"
+    keep = {
+        "fold_ln": fold_ln and not (norm_none or short),
+        "center_writing_weights": center_writing and not (norm_none or short),
+        "center_unembed": center_unembed and not short,
+    }
+    asked = {"fold_ln": fold_ln, "center_writing_weights": center_writing, "center_unembed": center_unembed}
+    skipped = [k for k in keep if asked[k] and not keep[k]]
+    if skipped:
+        what = " and ".join(
+            f
+            for f, on in (("normalization_type=None", norm_none), ("positional_embedding_type='shortformer'", short))
+            if on
+        )
+        warnings.warn(
+            f"process_weights: skipped {', '.join(skipped)} for a model with {what}, "
+            "as transformer-lens does (see interp_gpt.processing._TOY_REASONS)",
+            stacklevel=3,
+        )
+    return keep["fold_ln"], keep["center_writing_weights"], keep["center_unembed"]

@@ -23,6 +23,8 @@ def _stacked(module: str, param: str) -> property:
     """A property: `blocks[L].<module>.<param>` of every layer L, stacked on a new first axis."""
 
     def get(self: StackedWeightsMixin) -> Tensor:
+        if module == "mlp" and self.cfg.attn_only:  # (an AttributeError would be hidden by nn.Module's)
+            raise ValueError(f"{param}: this model has attn_only=True, so no MLP weights")
         return torch.stack([getattr(getattr(block, module), param) for block in self.blocks])
 
     return property(get, doc=f"{module}.{param} of every layer, stacked: [n_layers, ...] (a copy)")
@@ -118,7 +120,7 @@ class StackedWeightsMixin:
         bias = torch.zeros_like(blocks[0].attn.b_O)
         for L in range(layer):
             bias = bias + blocks[L].attn.b_O
-            if include_mlp_biases:
+            if include_mlp_biases and not self.cfg.attn_only:
                 bias = bias + blocks[L].mlp.b_out
         return bias + blocks[layer].attn.b_O if mlp_input else bias
 
