@@ -340,10 +340,8 @@ ReturnType = Literal["logits", "loss", "both", None]
 class GPT(GenerationMixin, TextMixin, StackedWeightsMixin, PretrainedMixin, SAESplicingMixin, HookedGPT):
     """A GPT-2 with a hook point on every activation.
 
-    This file holds the network; the rest of GPT's methods, with transformer-lens' names, come
-    from modules of their own: tokenizer conveniences (text.py), `generate` (generation.py),
-    stacked weights `W_Q` ... (stacked.py), `from_pretrained` (pretrained.py), opt-in hook
-    points and `run_with_cache` (hooks.py).
+    This file holds the network; GPT's other methods, with transformer-lens' names, come from
+    mixins: text.py, generation.py, stacked.py, pretrained.py, sae/splice.py, hooks.py.
 
     Example:
         >>> model = GPT.from_pretrained("gpt2")              # or a local folder / file
