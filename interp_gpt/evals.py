@@ -64,8 +64,8 @@ def sanity_check(model: Any) -> torch.Tensor:
     """The model's loss on the first paragraph of "Zoom In" (Circuits): < 5 looks fine, > 7 broken.
 
     Example:
-        >>> evals.sanity_check(model)
-        tensor(3.1621)
+        >>> evals.sanity_check(GPT.from_pretrained("tiny-gpt2"))  # a small model trained on novels
+        tensor(5.5883, grad_fn=<MeanBackward0>)
     """
     text = (
         "Many important transition points in the history of science have been moments when science 'zoomed in.' "
@@ -85,9 +85,8 @@ def evaluate_on_dataset(
     give) or a tensor of token ids. `device` defaults to the model's.
 
     Example:
-        >>> loader = DataLoader([{"tokens": t} for t in tokens], batch_size=8)
-        >>> evals.evaluate_on_dataset(model, loader)
-        3.42...
+        >>> loader = DataLoader([{"tokens": row} for row in tokens], batch_size=8)  # tokens: [n, posn]
+        >>> loss = evals.evaluate_on_dataset(model, loader)                       # a float
     """
     truncate = check_int_in_range(truncate, "truncate", 0, None, caller="evaluate_on_dataset")
     device = _model_device(model) if device is None else device
@@ -125,10 +124,9 @@ def evaluate(
     signature's sake: your loaders are already batched and tokenized).
 
     Example:
-        >>> evals.evaluate(model, data_loaders={"wiki": wiki_loader, "code": code_loader})
-        wiki: 3.91
-        code: 2.47
-        {'wiki_loss': 3.91, 'code_loss': 2.47}
+        >>> losses = evals.evaluate(model, data_loaders={"wiki": wiki_loader, "code": code_loader})
+        >>> list(losses)                  # each also printed as "wiki: 3.9..."
+        ['wiki_loss', 'code_loss']
     """
     if data_loaders is None:
         raise ValueError(
@@ -165,10 +163,10 @@ def induction_loss(
     `tokenizer` gives the BOS id (default the model's; a model without one uses its last id).
     `device` defaults to the model's. Returns a 0-d tensor.
 
-    Example:
+    Example (the shipped tiny-gpt2, which has induction heads):
         >>> torch.manual_seed(0)
-        >>> evals.induction_loss(model, subseq_len=100)
-        tensor(2.0531)
+        >>> evals.induction_loss(GPT.from_pretrained("tiny-gpt2"), subseq_len=64)
+        tensor(0.2813)
     """
     caller = "induction_loss"
     batch_size = check_int_in_range(batch_size, "batch_size", 1, None, caller=caller)
@@ -221,8 +219,7 @@ class IOIDataset(Dataset):  # type: ignore[type-arg]
     Example:
         >>> ds = evals.IOIDataset(model.tokenizer, num_samples=100, seed=42)
         >>> ds.samples[0]
-        {'text': 'Then, Mary and John went to the store. Mary gave the eggs to John', 'IO': ' John', 'S': ' Mary'}
-        >>> evals.ioi_eval(model, dataset=ds)
+        {'text': 'Mary and John went to the store to buy bread. John handed the bread to Mary', 'IO': ' Mary', 'S': ' John'}
     """
 
     def __init__(
@@ -331,9 +328,10 @@ def ioi_eval(
     `IOIDataset(tokenizer, num_samples=num_samples, symmetric=symmetric)`, unseeded as in
     transformer-lens); `tokenizer` defaults to the model's. Prompts are padded on the right.
 
-    Example:
+    Example (tiny-gpt2, trained on novels, shows no IOI behaviour):
+        >>> model = GPT.from_pretrained("tiny-gpt2")
         >>> evals.ioi_eval(model, dataset=evals.IOIDataset(model.tokenizer, num_samples=100, seed=42))
-        {'Logit Difference': 3.1, 'Accuracy': 0.9}
+        {'Logit Difference': -0.5294..., 'Accuracy': 0.21}
     """
     caller = "ioi_eval"
     batch_size = check_int_in_range(batch_size, "batch_size", 1, None, caller=caller)

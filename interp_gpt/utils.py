@@ -141,9 +141,10 @@ def lm_accuracy(
     logits[:, p] is tokens[:, p + 1]); otherwise the fraction right, a 0-d float tensor.
 
     Example:
+        >>> model = GPT.from_pretrained("tiny-gpt2")
         >>> tokens = model.to_tokens("The cat sat on the mat")
         >>> lm_accuracy(model(tokens), tokens)
-        tensor(0.1667)
+        tensor(0.1250)
     """
     for arg, t in (("logits", logits), ("tokens", tokens)):
         if not isinstance(t, Tensor):
@@ -178,15 +179,19 @@ def test_prompt(
     and a line wider than the terminal wrapped) where `rich` is installed; without it they are
     printed plainly, unwrapped.
 
-    Example:
-        >>> test_prompt("The cat sat on the", "mat", model, top_k=2)
-        Tokenized prompt: ['<|endoftext|>', 'The', ' cat', ' sat', ' on', ' the']
-        Tokenized answer: [' mat']
+    Example (the shipped tiny-gpt2, whose small vocabulary splits " mat" in two):
+        >>> test_prompt("The cat sat on the", "mat", GPT.from_pretrained("tiny-gpt2"), top_k=2)
+        Tokenized prompt: ['<|endoftext|>', 'The', ' c', 'at', ' sat', ' on', ' the']
+        Tokenized answer: [' m', 'at']
         Performance on answer token:
-        Rank: 1        Logit: 15.13 Prob: 12.07% Token: | mat|
-        Top 0th token. Logit: 15.45 Prob: 16.62% Token: | floor|
-        Top 1th token. Logit: 15.13 Prob: 12.07% Token: | mat|
-        Ranks of the answer tokens: [(' mat', 1)]
+        Rank: 22       Logit:  6.26 Prob:  0.77% Token: | m|
+        Top 0th token. Logit:  8.30 Prob:  5.88% Token: |\n|
+        Top 1th token. Logit:  7.73 Prob:  3.31% Token: | c|
+        Performance on answer token:
+        Rank: 39       Logit:  7.02 Prob:  0.50% Token: |at|
+        Top 0th token. Logit: 10.09 Prob: 10.77% Token: |o|
+        Top 1th token. Logit:  9.48 Prob:  5.85% Token: |aj|
+        Ranks of the answer tokens: [(' m', 22), ('at', 39)]
     """
     caller = "test_prompt"
     if not isinstance(prompt, str):
