@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import re
 from typing import Any
 
@@ -259,11 +260,11 @@ def _rich_print(markup: str, plain: str) -> None:
     """Print as transformer-lens does, through `rich` (bold, wrapped to the terminal) where it is
     installed (transformer-lens depends on it), else the same text plainly."""
     try:
-        from rich import print as rprint
+        rich = importlib.import_module("rich")  # optional: not a dependency of ours (nor typed for mypy here)
     except ImportError:
         print(plain)
     else:
-        rprint(markup)
+        rich.print(markup)
 
 
 # pytest would otherwise collect `test_prompt` as a test wherever it is imported into a test module.
