@@ -7,6 +7,9 @@ Example:
     >>> cache["pattern", 3].shape
 """
 
+# transformer-lens' module names: `from interp_gpt import evals, head_detector` ports unchanged.
+from . import evals as evals
+from . import head_detector as head_detector
 from .cache import ActivationCache
 from .compare import (
     ComparisonReport,

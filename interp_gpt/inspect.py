@@ -194,6 +194,17 @@ def induction_scores(cache: ActivationCache, tokens: Int[Tensor, "batch pos"]) -
     return _mean_attention_to(patterns, target, "induction_scores")
 
 
+def random_token_range(model: Any) -> tuple[int, int]:
+    """The ids `[low, high)` random-token tests draw from: transformer-lens' [100, 20000) for a
+    GPT-2-sized vocabulary; for a small one, all of it but a special token at its end (end-of-text
+    is the last id in GPT-2-style vocabularies, as [100, 20000) leaves out GPT-2's 50256)."""
+    d_vocab, tok = model.cfg.d_vocab, model.tokenizer
+    if d_vocab > 20000:
+        return 100, 20000
+    special = {tok.bos_token_id, tok.eos_token_id} if tok is not None else {d_vocab - 1}
+    return 0, d_vocab - int(d_vocab - 1 in special)
+
+
 def repeated_tokens(
     model: GPT,
     seq_len: int = 50,
@@ -221,15 +232,9 @@ def repeated_tokens(
     seq_len = check_int_in_range(seq_len, "seq_len", 1, None, caller=caller)
     batch_size = check_int_in_range(batch_size, "batch_size", 1, None, caller=caller)
     d_vocab, bos = model.cfg.d_vocab, model.cfg.default_prepend_bos if prepend_bos is None else prepend_bos
-    special = (
-        {model.tokenizer.bos_token_id, model.tokenizer.eos_token_id} if model.tokenizer is not None else {d_vocab - 1}
-    )
-    if low is None:
-        low = 100 if d_vocab > 20000 else 0
-    if high is None:
-        # A small vocabulary: all of it but a special token at its end (end-of-text is the
-        # last id in GPT-2-style vocabularies), as [100, 20000) leaves out GPT-2's 50256.
-        high = min(20000, d_vocab) if d_vocab > 20000 else d_vocab - int(d_vocab - 1 in special)
+    default_low, default_high = random_token_range(model)
+    low = default_low if low is None else low
+    high = default_high if high is None else high
     if not 0 <= low < high <= d_vocab:
         raise ValueError(f"{caller}: need 0 <= low < high <= d_vocab={d_vocab}, got low={low}, high={high}")
     n_pos = 2 * seq_len + int(bool(bos))

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import importlib
 import re
+from typing import Any
 
 import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
+from .checks import check_int_in_range
 from .factored import FactoredMatrix
 
 # Short names people type, mapped to the hook names they mean.
@@ -130,3 +133,141 @@ def composition_scores(
             f"and right (shape {tuple(right.shape)}) must broadcast against each other"
         ) from None
     return torch.linalg.matrix_norm(product) / norm_left / norm_right
+
+
+def lm_accuracy(
+    logits: Float[Tensor, "batch posn d_vocab"], tokens: Int[Tensor, "batch posn"], per_token: bool = False
+) -> Tensor:
+    """Top-1 accuracy of next-token prediction, as transformer-lens' `lm_accuracy`.
+
+    With `per_token`, a bool tensor `[batch, posn - 1]` (position p is right when the argmax of
+    logits[:, p] is tokens[:, p + 1]); otherwise the fraction right, a 0-d float tensor.
+
+    Example:
+        >>> model = GPT.from_pretrained("tiny-gpt2")
+        >>> tokens = model.to_tokens("The cat sat on the mat")
+        >>> lm_accuracy(model(tokens), tokens)
+        tensor(0.1250)
+    """
+    for arg, t in (("logits", logits), ("tokens", tokens)):
+        if not isinstance(t, Tensor):
+            raise TypeError(f"lm_accuracy: {arg} must be a tensor, got {type(t).__name__}")
+    if logits.ndim != 3 or tokens.ndim != 2 or tokens.shape != logits.shape[:2]:
+        raise ValueError(
+            f"lm_accuracy: logits must be [batch, posn, d_vocab] and tokens [batch, posn] with the same batch and "
+            f"posn, got logits {tuple(logits.shape)} and tokens {tuple(tokens.shape)}"
+        )
+    correct = logits.argmax(dim=-1)[:, :-1] == tokens[:, 1:]
+    return correct if per_token else correct.sum() / correct.numel()
+
+
+def test_prompt(
+    prompt: str,
+    answer: str | list[str],
+    model: Any,
+    prepend_space_to_answer: bool = True,
+    print_details: bool = True,
+    prepend_bos: bool | None = None,
+    top_k: int = 10,
+) -> None:
+    """Print how well the model predicts `answer` after `prompt`: rank, logit and probability of each
+    answer token, and the top `top_k` predictions, as transformer-lens' `utils.test_prompt` prints them.
+
+    `answer` may be several tokens long (each is scored after the ones before it), or a list of
+    strings: then only the first token of each is scored, all at the position after the prompt.
+    `prepend_space_to_answer` adds a leading space to an answer that has none; `prepend_bos`
+    defaults to `cfg.default_prepend_bos`. Prints and returns nothing.
+
+    The text is transformer-lens'. Like transformer-lens, the answer lines go through `rich` (bold,
+    and a line wider than the terminal wrapped) where `rich` is installed; without it they are
+    printed plainly, unwrapped.
+
+    Example (the shipped tiny-gpt2, whose small vocabulary splits " mat" in two):
+        >>> test_prompt("The cat sat on the", "mat", GPT.from_pretrained("tiny-gpt2"), top_k=2)
+        Tokenized prompt: ['<|endoftext|>', 'The', ' c', 'at', ' sat', ' on', ' the']
+        Tokenized answer: [' m', 'at']
+        Performance on answer token:
+        Rank: 22       Logit:  6.26 Prob:  0.77% Token: | m|
+        Top 0th token. Logit:  8.30 Prob:  5.88% Token: |\n|
+        Top 1th token. Logit:  7.73 Prob:  3.31% Token: | c|
+        Performance on answer token:
+        Rank: 39       Logit:  7.02 Prob:  0.50% Token: |at|
+        Top 0th token. Logit: 10.09 Prob: 10.77% Token: |o|
+        Top 1th token. Logit:  9.48 Prob:  5.85% Token: |aj|
+        Ranks of the answer tokens: [(' m', 22), ('at', 39)]
+    """
+    caller = "test_prompt"
+    if not isinstance(prompt, str):
+        raise TypeError(f"{caller}: prompt must be a str, got {type(prompt).__name__}")
+    answers = [answer] if isinstance(answer, str) else answer
+    if not isinstance(answers, (list, tuple)) or not answers or not all(isinstance(a, str) for a in answers):
+        raise TypeError(f"{caller}: answer must be a str or a non-empty list of str, got {answer!r}")
+    if any(a == "" for a in answers) and not prepend_space_to_answer:
+        raise ValueError(f"{caller}: answer holds an empty string, which has no token to score: {answer!r}")
+    top_k = check_int_in_range(top_k, "top_k", 0, model.cfg.d_vocab, caller=caller)
+    n_answers = len(answers)
+    multiple = n_answers > 1
+    if prepend_space_to_answer:
+        answers = [a if a.startswith(" ") else " " + a for a in answers]
+    prompt_tokens = model.to_tokens(prompt, prepend_bos=prepend_bos)
+    if multiple:  # one token per answer, all predicted at the position after the prompt
+        answer_tokens = torch.cat([model.to_tokens(a, prepend_bos=False)[:, :1] for a in answers])
+    else:
+        answer_tokens = model.to_tokens(answers, prepend_bos=False)
+    tokens = torch.cat((prompt_tokens.repeat(answer_tokens.shape[0], 1), answer_tokens.to(prompt_tokens.device)), dim=1)
+    prompt_str_tokens = model.to_str_tokens(prompt, prepend_bos=prepend_bos)
+    answer_str_tokens_list = [model.to_str_tokens(a, prepend_bos=False) for a in answers]
+    prompt_length = len(prompt_str_tokens)
+    answer_length = 1 if multiple else len(answer_str_tokens_list[0])
+
+    if print_details:
+        print("Tokenized prompt:", prompt_str_tokens)
+        if multiple:
+            print("Tokenized answers:", answer_str_tokens_list)
+        else:
+            print("Tokenized answer:", answer_str_tokens_list[0])
+    with torch.no_grad():
+        logits = model(tokens)
+    probs = logits.softmax(dim=-1)
+    answer_ranks = []
+    for index in range(prompt_length, prompt_length + answer_length):
+        answer_ids = tokens[:, index]
+        answer_str_tokens = [a[index - prompt_length] for a in answer_str_tokens_list]
+        token_probs = probs[:, index - 1]  # the prediction for position `index` is made one before it
+        # The same two sorts as transformer-lens, so ties rank the same way.
+        sorted_token_probs, sorted_token_positions = token_probs.sort(descending=True)
+        ranks = sorted_token_positions.argsort(-1)[range(n_answers), answer_ids.cpu()].tolist()
+        answer_ranks.append(list(zip(answer_str_tokens, ranks, strict=True)))
+        if print_details:
+            lines = []
+            for i in range(n_answers):
+                logit = logits[i, index - 1, answer_ids[i]].item()
+                prob = token_probs[i, answer_ids[i]].item()
+                lines.append(
+                    f"Rank: {ranks[i]: <8} Logit: {logit:5.2f} Prob: {prob:6.2%} Token: |{answer_str_tokens[i]}|"
+                )
+            head = f"Performance on answer token{'s' if n_answers > 1 else ''}:\n"
+            _rich_print(head + "\n".join(f"[b]{line}[/b]" for line in lines), head + "\n".join(lines))
+            for i in range(top_k):
+                token = sorted_token_positions[0, i]
+                logit = logits[0, index - 1, token].item()
+                prob = sorted_token_probs[0, i].item()
+                print(f"Top {i}th token. Logit: {logit:5.2f} Prob: {prob:6.2%} Token: |{model.to_string(token)}|")
+    # One answer: one (token, rank) per answer token, unwrapped, as transformer-lens prints it.
+    ranks_text = f"{[r[0] for r in answer_ranks] if not multiple else answer_ranks}"
+    _rich_print(f"[b]Ranks of the answer tokens:[/b] {ranks_text}", f"Ranks of the answer tokens: {ranks_text}")
+
+
+def _rich_print(markup: str, plain: str) -> None:
+    """Print as transformer-lens does, through `rich` (bold, wrapped to the terminal) where it is
+    installed (transformer-lens depends on it), else the same text plainly."""
+    try:
+        rich = importlib.import_module("rich")  # optional: not a dependency of ours (nor typed for mypy here)
+    except ImportError:
+        print(plain)
+    else:
+        rich.print(markup)
+
+
+# pytest would otherwise collect `test_prompt` as a test wherever it is imported into a test module.
+test_prompt.__test__ = False  # type: ignore[attr-defined]
