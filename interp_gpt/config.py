@@ -7,6 +7,8 @@ import math
 from dataclasses import dataclass
 from typing import Any, Literal
 
+import torch
+
 ACT_FNS = ("gelu_new", "gelu", "relu", "gelu_fast")
 
 
@@ -45,6 +47,11 @@ class Config:
     use_attn_in: bool = False  # hook_attn_in [batch, pos, head, d_model]
     use_hook_mlp_in: bool = False  # hook_mlp_in [batch, pos, d_model]
     use_hook_tokens: bool = False  # hook_tokens [batch, pos]
+    # Where the weights are and their dtype (transformer-lens' cfg.device / cfg.dtype, which its helpers
+    # read to place tensors). A new GPT is put there (device None: where it is built); GPT keeps both
+    # in step when it moves (.to, .cuda, .half ...). Saved as strings ("cpu", "float32").
+    device: str | None = None
+    dtype: torch.dtype = torch.float32
 
     def __post_init__(self) -> None:
         if self.d_head == -1:
@@ -66,6 +73,11 @@ class Config:
             raise ValueError(f"Config: act_fn={self.act_fn!r} is not one of {ACT_FNS}")
         if self.normalization_type not in ("LN", "LNPre"):
             raise ValueError(f"Config: normalization_type={self.normalization_type!r}, expected 'LN' or 'LNPre'")
+        self.dtype = as_float_dtype(self.dtype, "Config: dtype")
+        if isinstance(self.device, torch.device):
+            self.device = str(self.device)
+        if self.device is not None and not isinstance(self.device, str):
+            raise TypeError(f"Config: device must be a string like 'cpu' or 'cuda:0', or None; got {self.device!r}")
 
     # -- transformer-lens' derived names (not fields: `to_dict` is unchanged) ------
 
@@ -101,7 +113,10 @@ class Config:
         return self.n_layers * (4 * self.d_model * self.d_head * self.n_heads + 2 * self.d_model * self.d_mlp)
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        """The fields as JSON-ready values (dtype as its name, e.g. "float32"); `from_dict` reads them back."""
+        d = dataclasses.asdict(self)
+        d["dtype"] = str(self.dtype).removeprefix("torch.")
+        return d
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Config:
@@ -110,6 +125,31 @@ class Config:
         if unknown:
             raise ValueError(f"Config.from_dict: unknown fields {unknown}; known: {sorted(known)}")
         return cls(**d)
+
+
+# transformer-lens' dtype names (its DTYPE_FROM_STRING), as `from_pretrained(dtype=...)` and Config take them.
+DTYPE_NAMES = {
+    "float32": torch.float32,
+    "fp32": torch.float32,
+    "float16": torch.float16,
+    "fp16": torch.float16,
+    "bfloat16": torch.bfloat16,
+    "bf16": torch.bfloat16,
+    "float64": torch.float64,
+    "fp64": torch.float64,
+}
+
+
+def as_float_dtype(dtype: Any, arg: str = "dtype") -> torch.dtype:
+    """`dtype` (a torch dtype or one of DTYPE_NAMES) as a floating-point torch.dtype."""
+    if isinstance(dtype, str) and dtype in DTYPE_NAMES:
+        dtype = DTYPE_NAMES[dtype]
+    if not (isinstance(dtype, torch.dtype) and dtype.is_floating_point):
+        raise TypeError(
+            f"{arg}={dtype!r}: expected a floating-point torch.dtype (torch.float32, torch.float64 ...) "
+            f"or one of {sorted(DTYPE_NAMES)}"
+        )
+    return dtype
 
 
 # The five GPT-2 checkpoints OpenAI / Hugging Face publish. d_head is 64 in all of them.

@@ -30,6 +30,7 @@ from .factored import FactoredMatrix
 from .generation import GenerationMixin, KVCache, rollback_on_error
 from .hooks import HookedGPT, HookPoint
 from .pretrained import PretrainedMixin
+from .processing_methods import ProcessingMixin
 from .stacked import StackedWeightsMixin
 from .text import TextMixin
 from .utils import lm_cross_entropy_loss
@@ -335,7 +336,7 @@ class Unembed(nn.Module):
 ReturnType = Literal["logits", "loss", "both", None]
 
 
-class GPT(GenerationMixin, TextMixin, StackedWeightsMixin, PretrainedMixin, HookedGPT):
+class GPT(GenerationMixin, TextMixin, StackedWeightsMixin, PretrainedMixin, ProcessingMixin, HookedGPT):
     """A GPT-2 with a hook point on every activation.
 
     This file holds the network; the rest of GPT's methods, with transformer-lens' names, come

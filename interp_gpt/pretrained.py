@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, cast
 import torch
 from torch import Tensor
 
-from .config import Config
+from .config import DTYPE_NAMES, Config, as_float_dtype
 from .convert import _raise_if_bad, load_source
 from .processing import process_weights
 from .sources import CheckpointError, hub_id, shipped_models
@@ -60,13 +60,7 @@ class PretrainedMixin:
             >>> model = GPT.from_pretrained("gpt2")                    # hub (or its cache)
             >>> raw = GPT.from_pretrained_no_processing("./my-gpt2")   # local folder, weights as stored
         """
-        if isinstance(dtype, str) and dtype in _DTYPE_NAMES:
-            dtype = _DTYPE_NAMES[dtype]  # transformer-lens' names
-        if not (isinstance(dtype, torch.dtype) and dtype.is_floating_point):
-            raise TypeError(
-                f"dtype={dtype!r}: expected a floating-point torch.dtype (torch.float32, torch.float64 ...) "
-                f"or one of {sorted(_DTYPE_NAMES)}"
-            )
+        dtype = as_float_dtype(dtype)  # transformer-lens' names too
         if isinstance(source, str) and not Path(source).expanduser().exists() and source not in shipped_models():
             source = hub_id(source)  # transformer-lens' aliases: "gpt2-small" is "gpt2"
         cfg, sd, folder = load_source(source, config)
@@ -118,16 +112,7 @@ def _check_finite(sd: dict[str, Tensor], name: str, allow: bool) -> None:
 
 _FINITE_CHUNK = 1 << 22
 
-_DTYPE_NAMES = {
-    "float32": torch.float32,
-    "fp32": torch.float32,
-    "float16": torch.float16,
-    "fp16": torch.float16,
-    "bfloat16": torch.bfloat16,
-    "bf16": torch.bfloat16,
-    "float64": torch.float64,
-    "fp64": torch.float64,
-}
+_DTYPE_NAMES = DTYPE_NAMES  # (its old name here)
 
 
 def _auto_tokenizer(cfg: Config, folder: Path | None, from_hub: bool) -> Any:
