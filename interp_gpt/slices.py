@@ -70,9 +70,8 @@ class Slice:
         """`slice_input` as a Slice; a bare int becomes `[int]`, which keeps the axis (as transformer-lens)."""
         if is_slice_object(slice_input):
             return slice_input if isinstance(slice_input, Slice) else cls(slice_index(slice_input, "slice"))
-        if isinstance(slice_input, int) and not isinstance(slice_input, bool):
-            slice_input = [slice_input]
-        return cls(slice_input)
+        idx = slice_index(slice_input, "slice")
+        return cls([idx] if isinstance(idx, int) else slice_input)
 
     def __repr__(self) -> str:
         return f"Slice: {self.slice} Mode: {self.mode} "
@@ -95,6 +94,10 @@ def slice_index(s: Any, arg: str) -> int | slice | Tensor:
         if not 1 <= len(s) <= 3:
             raise ValueError(f"{arg}={s!r}: a tuple means slice(*tuple), so it needs 1 to 3 entries")
         return slice(*s)
+    if isinstance(s, np.integer) or (
+        isinstance(s, Tensor) and s.ndim == 0 and s.dtype != torch.bool and not s.is_floating_point()
+    ):
+        s = int(s)  # a numpy or 0-d tensor int indexes as an int (as transformer-lens 4 reads it)
     if isinstance(s, (Tensor, list)) or hasattr(s, "__array__"):  # indices (or a mask); numpy too
         idx = torch.as_tensor(s)
         if idx.is_floating_point():
