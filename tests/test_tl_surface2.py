@@ -266,7 +266,7 @@ def test_refactor_keeps_qk_ov_and_the_logits(tiny_model) -> None:  # type: ignor
     for L in range(tiny_model.cfg.n_layers):
         a = f"blocks.{L}.attn."
 
-        def qk(s):  # type: ignore[no-untyped-def]  # the bilinear form with the biases as an extra input
+        def qk(s, a=a):  # type: ignore[no-untyped-def]  # the bilinear form with the biases as an extra input
             W_Q = torch.cat([s[a + "W_Q"], s[a + "b_Q"][:, None]], 1)
             W_K = torch.cat([s[a + "W_K"], s[a + "b_K"][:, None]], 1)
             return W_Q @ W_K.transpose(1, 2)
