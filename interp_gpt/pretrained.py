@@ -14,6 +14,7 @@ from torch import Tensor
 from .config import DTYPE_NAMES, Config, as_float_dtype
 from .convert import _raise_if_bad, load_source
 from .processing import process_weights
+from .processing import refactor_factored_attn_matrices as _refactor
 from .sources import CheckpointError, hub_id, shipped_models
 
 if TYPE_CHECKING:
@@ -37,6 +38,7 @@ class PretrainedMixin:
         config: Config | None = None,
         tokenizer: Any = "auto",
         allow_non_finite: bool = False,
+        refactor_factored_attn_matrices: bool = False,
     ) -> GPT:
         """Load a GPT-2 checkpoint, processed like transformer-lens' `from_pretrained` by default.
 
@@ -48,6 +50,8 @@ class PretrainedMixin:
         if it has them, else GPT-2's BPE (for a 50,257-token vocabulary); pass a `Tokenizer`
         or None to choose. A weight holding NaN or inf is refused (a `CheckpointError` naming
         it) unless `allow_non_finite=True`, which loads it with a warning.
+        `refactor_factored_attn_matrices` (off by default, as in transformer-lens) re-splits W_Q/W_K
+        and W_V/W_O by SVD after the other steps (see processing.refactor_factored_attn_matrices).
 
         Weights in .safetensors files are memory-mapped copy-on-write, as Hugging Face reads
         them: loading reads only W_U and W_Q/W_K/W_V (copies: see convert_hf_gpt2_state_dict),
@@ -71,6 +75,8 @@ class PretrainedMixin:
             sd = {k: v.to(dtype) if v.is_floating_point() else v for k, v in sd.items()}
         # load_source's tensors are ours alone: process them where they lie (no second copy).
         sd = process_weights(sd, cfg, fold_ln, center_writing_weights, center_unembed, fold_value_biases, inplace=True)
+        if refactor_factored_attn_matrices:
+            _refactor(sd, cfg)
         with torch.device("meta"):
             model: GPT = cls(cfg)
         expected = dict(model.named_parameters())

@@ -300,11 +300,12 @@ def test_process_weights_in_place_matches_transformer_lens(hf, refactor: bool) -
     assert "blocks.0.ln1.hook_scale" in cache and not ours.blocks[0].ln1.has_params
 
 
-def test_process_weights_equals_loading_processed(hf) -> None:  # type: ignore[no-untyped-def]
+@pytest.mark.parametrize("refactor", [False, True])
+def test_process_weights_equals_loading_processed(hf, refactor: bool) -> None:  # type: ignore[no-untyped-def]
     ours = GPT.from_pretrained_no_processing(hf, tokenizer=None)
-    ours.process_weights_()
-    loaded = GPT.from_pretrained(hf, tokenizer=None)
-    _sd_close(ours.state_dict(), loaded.state_dict(), atol=1e-6)
+    ours.process_weights_(refactor_factored_attn_matrices=refactor)
+    loaded = GPT.from_pretrained(hf, tokenizer=None, refactor_factored_attn_matrices=refactor)
+    _sd_close(ours.state_dict(), loaded.state_dict(), atol=1e-5)
     assert ours.cfg == loaded.cfg
 
 
