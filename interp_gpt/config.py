@@ -49,9 +49,10 @@ class Config:
     use_hook_tokens: bool = False  # hook_tokens [batch, pos]
     # Where the weights are and their dtype (transformer-lens' cfg.device / cfg.dtype, which its helpers
     # read to place tensors). A new GPT is put there (device None: where it is built); GPT keeps both
-    # in step when it moves (.to, .cuda, .half ...). Saved as strings ("cpu", "float32").
-    device: str | None = None
-    dtype: torch.dtype = torch.float32
+    # in step when it moves (.to, .cuda, .half ...). Saved as strings ("cpu", "float32"); left out of
+    # the repr, which describes the network.
+    device: str | None = dataclasses.field(default=None, repr=False)
+    dtype: torch.dtype = dataclasses.field(default=torch.float32, repr=False)
 
     def __post_init__(self) -> None:
         if self.d_head == -1:

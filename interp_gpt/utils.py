@@ -9,6 +9,7 @@ from jaxtyping import Float, Int
 from torch import Tensor
 
 from .factored import FactoredMatrix
+from .slices import Slice  # noqa: F401 (transformer-lens offers it as utils.Slice)
 
 # Short names people type, mapped to the hook names they mean.
 _ACT_ALIASES = {

@@ -403,6 +403,9 @@ def test_our_slice_matches_transformer_lens_slice() -> None:
     with pytest.raises(TypeError, match="input_slice='a'"):
         Slice("a")  # type: ignore[arg-type]
     assert Slice(np.int64(2)).mode == "int" and Slice(torch.tensor(2)).mode == "int"
+    from interp_gpt import utils
+
+    assert utils.Slice is Slice  # where transformer-lens users look for it
 
 
 SLICED_CALLS = [
