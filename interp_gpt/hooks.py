@@ -124,7 +124,7 @@ class HookPoint(nn.Module):
         return [h for h in hooks if h.owner is None or h.owner == me]
 
     @property
-    def has_hooks(self) -> _HasHooks:
+    def has_hooks(self) -> _HasHooks | _NoHooks:
         """Whether a hook would fire here in the calling thread (fast paths skip this point if not).
 
         Read as a truth value (`if hp.has_hooks:`), or called as transformer-lens' method
@@ -195,7 +195,22 @@ class _HasHooks:
         return repr(bool(self))
 
 
-_NO_HOOKS = _HasHooks(None)
+class _NoHooks(int):
+    """`has_hooks` of an idle hook point: an int 0, so the fast paths' truth test costs no Python call,
+    and callable like the method (always False)."""
+
+    __slots__ = ()
+
+    def __call__(
+        self, dir: Literal["fwd", "bwd", "both"] = "both", including_permanent: bool = True, level: int | None = None
+    ) -> bool:
+        return _HasHooks(None)(dir, including_permanent, level)  # checks the arguments; False
+
+    def __repr__(self) -> str:
+        return "False"
+
+
+_NO_HOOKS = _NoHooks(0)
 
 
 def _grad_hook(h: _Hook, hook_point: HookPoint) -> Callable[[Tensor], Tensor | None]:
