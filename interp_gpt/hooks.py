@@ -191,6 +191,12 @@ class _HasHooks:
         hp = self.hook_point
         return hp is not None and bool(HookPoint._mine(hp.fwd_hooks) or HookPoint._mine(hp.bwd_hooks))
 
+    def __eq__(self, other: object) -> bool:  # `hp.has_hooks == True` reads as the truth value
+        return bool(self) == other
+
+    def __hash__(self) -> int:
+        return hash(bool(self))
+
     def __repr__(self) -> str:
         return repr(bool(self))
 

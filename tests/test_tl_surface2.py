@@ -487,10 +487,12 @@ def test_has_hooks_keeps_the_thread_rule_and_refuses_levels(tiny_model) -> None:
     assert seen == {"truth": False, "call": False}  # another thread's context hook does not fire here
     with tiny_model.hooks(fwd_hooks=[("blocks.0.attn.hook_pattern", lambda x, hook: None)]):
         assert hp.has_hooks and hp.has_hooks("fwd") and not hp.has_hooks("bwd")
+        assert hp.has_hooks == True and repr(hp.has_hooks) == "True"  # noqa: E712
         with pytest.raises(ValueError, match="level=1"):
             hp.has_hooks(level=1)
         with pytest.raises(ValueError, match="dir must be 'fwd', 'bwd' or 'both', got 'up'"):
             hp.has_hooks("up")  # type: ignore[arg-type]
+    assert hp.has_hooks == False and repr(hp.has_hooks) == "False"  # noqa: E712
 
 
 def test_mod_dict_names_every_module_as_transformer_lens(hf) -> None:  # type: ignore[no-untyped-def]
