@@ -15,8 +15,8 @@ labels and results):
 `layer` in these methods is where the stack stops: the input to block `layer`, with
 `n_layers` (also -1 or None) the input to the unembed. Other negative values count back
 from there (-2 is the input to the last block). `pos_slice` picks positions as
-transformer-lens' `Slice` does: None (all), an int (drops the axis), a `(stop,)`,
-`(start, stop)` or `(start, stop, step)` tuple, or a list / tensor of indices.
+transformer-lens' `Slice` does (see slices.py): None (all), an int (drops the axis), a slice, a
+`(start, stop[, step])` tuple, a list / tensor of indices, or a `Slice` (ours or transformer-lens').
 """
 
 from __future__ import annotations
@@ -31,51 +31,14 @@ from jaxtyping import Float, Int
 from torch import Tensor
 
 from .checks import check_int
+from .slices import SliceInput
+from .slices import keep_axis as _keep_axis
+from .slices import slice_index as _index
+from .slices import take as _take
 from .utils import get_act_name
 
-# What `pos_slice`, `batch_slice` and `neuron_slice` accept (transformer-lens' SliceInput).
-SliceInput = Union[None, int, tuple, list, slice, Tensor]
 TokensInput = Union[str, int, Int[Tensor, "..."]]
 Stack = Float[Tensor, "component *batch_and_pos d_model"]
-
-
-def _index(s: Any, arg: str) -> int | slice | Tensor:
-    """What to index one axis with, for a transformer-lens style slice input."""
-    if hasattr(s, "mode") and hasattr(s, "slice"):  # a transformer-lens Slice object
-        s = s.slice
-    if s is None:
-        return slice(None)
-    if isinstance(s, slice):
-        return s
-    if isinstance(s, tuple):  # (stop,), (start, stop) or (start, stop, step), as Python's slice()
-        if not 1 <= len(s) <= 3:
-            raise ValueError(f"{arg}={s!r}: a tuple means slice(*tuple), so it needs 1 to 3 entries")
-        return slice(*s)
-    if isinstance(s, (Tensor, list)) or hasattr(s, "__array__"):  # indices (or a mask); numpy too
-        idx = torch.as_tensor(s)
-        if idx.is_floating_point():
-            raise TypeError(f"{arg}: indices must be integers (or a boolean mask), got dtype {idx.dtype}")
-        return idx
-    try:
-        return check_int(s, arg)
-    except TypeError:
-        raise TypeError(
-            f"{arg}={s!r}: expected None, an int, a (start, stop[, step]) tuple, or a list / tensor of indices"
-        ) from None
-
-
-def _take(t: Tensor, idx: int | slice | Tensor, dim: int) -> Tensor:
-    """`t` indexed with `idx` along axis `dim` (negative counts from the end)."""
-    if isinstance(idx, Tensor):
-        idx = idx.to(t.device)
-    return t[(slice(None),) * (dim % t.ndim) + (idx,)]
-
-
-def _keep_axis(idx: int | slice | Tensor) -> slice | Tensor:
-    """A single index as a one-element index list, so that taking it keeps the axis."""
-    if isinstance(idx, int):
-        return torch.tensor([idx])
-    return idx.reshape(1) if isinstance(idx, Tensor) and idx.ndim == 0 else idx
 
 
 class ActivationCache(Mapping[str, Tensor]):

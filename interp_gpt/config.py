@@ -7,6 +7,8 @@ import math
 from dataclasses import dataclass
 from typing import Any, Literal
 
+import torch
+
 ACT_FNS = ("gelu_new", "gelu", "relu", "gelu_fast")
 NORMALIZATION_TYPES = ("LN", "LNPre", None)
 POSITIONAL_EMBEDDING_TYPES = ("standard", "shortformer")
@@ -53,6 +55,12 @@ class Config:
     # "shortformer": the position embedding is added to every layer's query and key inputs
     # (after ln1), never to the residual stream; hook_pos_embed still shows it.
     positional_embedding_type: Literal["standard", "shortformer"] = "standard"
+    # Where the weights are and their dtype (transformer-lens' cfg.device / cfg.dtype, which its helpers
+    # read to place tensors). A new GPT is put there (device None: where it is built); GPT keeps both
+    # in step when it moves (.to, .cuda, .half ...). Saved as strings ("cpu", "float32"); left out of
+    # the repr, which describes the network.
+    device: str | None = dataclasses.field(default=None, repr=False)
+    dtype: torch.dtype = dataclasses.field(default=torch.float32, repr=False)
 
     def __post_init__(self) -> None:
         if self.d_head == -1:
@@ -77,6 +85,11 @@ class Config:
                 f"Config: normalization_type={self.normalization_type!r}, expected one of {NORMALIZATION_TYPES}"
             )
         self._check_toy_fields()
+        self.dtype = as_float_dtype(self.dtype, "Config: dtype")
+        if isinstance(self.device, torch.device):
+            self.device = str(self.device)
+        if self.device is not None and not isinstance(self.device, str):
+            raise TypeError(f"Config: device must be a string like 'cpu' or 'cuda:0', or None; got {self.device!r}")
 
     def _check_toy_fields(self) -> None:
         if not isinstance(self.attn_only, bool):
@@ -124,7 +137,10 @@ class Config:
         return self.n_layers * (4 * self.d_model * self.d_head * self.n_heads + mlp)
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        """The fields as JSON-ready values (dtype as its name, e.g. "float32"); `from_dict` reads them back."""
+        d = dataclasses.asdict(self)
+        d["dtype"] = str(self.dtype).removeprefix("torch.")
+        return d
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Config:
@@ -133,6 +149,31 @@ class Config:
         if unknown:
             raise ValueError(f"Config.from_dict: unknown fields {unknown}; known: {sorted(known)}")
         return cls(**d)
+
+
+# transformer-lens' dtype names (its DTYPE_FROM_STRING), as `from_pretrained(dtype=...)` and Config take them.
+DTYPE_NAMES = {
+    "float32": torch.float32,
+    "fp32": torch.float32,
+    "float16": torch.float16,
+    "fp16": torch.float16,
+    "bfloat16": torch.bfloat16,
+    "bf16": torch.bfloat16,
+    "float64": torch.float64,
+    "fp64": torch.float64,
+}
+
+
+def as_float_dtype(dtype: Any, arg: str = "dtype") -> torch.dtype:
+    """`dtype` (a torch dtype or one of DTYPE_NAMES) as a floating-point torch.dtype."""
+    if isinstance(dtype, str) and dtype in DTYPE_NAMES:
+        dtype = DTYPE_NAMES[dtype]
+    if not (isinstance(dtype, torch.dtype) and dtype.is_floating_point):
+        raise TypeError(
+            f"{arg}={dtype!r}: expected a floating-point torch.dtype (torch.float32, torch.float64 ...) "
+            f"or one of {sorted(DTYPE_NAMES)}"
+        )
+    return dtype
 
 
 # The five GPT-2 checkpoints OpenAI / Hugging Face publish. d_head is 64 in all of them.

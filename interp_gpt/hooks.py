@@ -31,6 +31,8 @@ from typing import TYPE_CHECKING, Any, Literal, Union
 import torch
 from torch import Tensor, nn
 
+from .slices import Slice, slice_index
+
 if TYPE_CHECKING:
     from .config import Config
 
@@ -122,11 +124,15 @@ class HookPoint(nn.Module):
         return [h for h in hooks if h.owner is None or h.owner == me]
 
     @property
-    def has_hooks(self) -> bool:
-        """Whether a hook would fire here in the calling thread (fast paths skip this point if not)."""
+    def has_hooks(self) -> _HasHooks | _NoHooks:
+        """Whether a hook would fire here in the calling thread (fast paths skip this point if not).
+
+        Read as a truth value (`if hp.has_hooks:`), or called as transformer-lens' method
+        `hp.has_hooks(dir="both", including_permanent=True)`.
+        """
         if not self.fwd_hooks and not self.bwd_hooks:  # the common case, asked several times a layer
-            return False
-        return bool(self._mine(self.fwd_hooks) or self._mine(self.bwd_hooks))
+            return _NO_HOOKS
+        return _HasHooks(self)
 
     def forward(self, x: Tensor) -> Tensor:
         # The fast path: an idle hook point is a single attribute check.
@@ -151,6 +157,66 @@ class HookPoint(nn.Module):
             for h in self._mine(self.bwd_hooks):  # chosen now, in the forward's thread
                 x.register_hook(_grad_hook(h, self))
         return x
+
+
+class _HasHooks:
+    """`HookPoint.has_hooks`: true when a hook would fire in the calling thread; called, transformer-lens'
+    `has_hooks(dir, including_permanent, level)` (hooks of other threads' contexts do not count)."""
+
+    __slots__ = ("hook_point",)
+
+    def __init__(self, hook_point: HookPoint | None) -> None:
+        self.hook_point = hook_point
+
+    def __call__(
+        self,
+        dir: Literal["fwd", "bwd", "both"] = "both",
+        including_permanent: bool = True,
+        level: int | None = None,
+    ) -> bool:
+        if dir not in ("fwd", "bwd", "both"):
+            raise ValueError(f"has_hooks: dir must be 'fwd', 'bwd' or 'both', got {dir!r}")
+        if level is not None:
+            raise ValueError(
+                f"has_hooks: level={level!r}: context levels are not tracked here (every `with model.hooks()` "
+                "removes exactly the hooks it added); pass level=None"
+            )
+        hp = self.hook_point
+        if hp is None:
+            return False
+        hooks = (hp.fwd_hooks if dir != "bwd" else []) + (hp.bwd_hooks if dir != "fwd" else [])
+        return any(including_permanent or not h.is_permanent for h in HookPoint._mine(hooks))
+
+    def __bool__(self) -> bool:
+        hp = self.hook_point
+        return hp is not None and bool(HookPoint._mine(hp.fwd_hooks) or HookPoint._mine(hp.bwd_hooks))
+
+    def __eq__(self, other: object) -> bool:  # `hp.has_hooks == True` reads as the truth value
+        return bool(self) == other
+
+    def __hash__(self) -> int:
+        return hash(bool(self))
+
+    def __repr__(self) -> str:
+        return repr(bool(self))
+
+
+class _NoHooks(int):
+    """`has_hooks` of an idle hook point: an int 0, so the fast paths' truth test costs no Python call,
+    and callable like the method (always False)."""
+
+    __slots__ = ()
+
+    def __call__(
+        self, dir: Literal["fwd", "bwd", "both"] = "both", including_permanent: bool = True, level: int | None = None
+    ) -> bool:
+        return _HasHooks(None)(dir, including_permanent, level)  # checks the arguments; False
+
+    def __repr__(self) -> str:
+        return "False"
+
+
+_NO_HOOKS = _NoHooks(0)
 
 
 def _grad_hook(h: _Hook, hook_point: HookPoint) -> Callable[[Tensor], Tensor | None]:
@@ -181,6 +247,11 @@ class HookedModule(nn.Module):
         # Every hook point, including any a subclass hides from hook_dict, for reset_hooks.
         self._all_hook_points = list(self.hook_dict.values())
         self._hook_names = list(self.hook_dict)
+
+    @property
+    def mod_dict(self) -> dict[str, nn.Module]:
+        """Every submodule by name (transformer-lens' `mod_dict`), hook points included."""
+        return {name: module for name, module in self.named_modules() if name}
 
     # ----- name resolution -------------------------------------------------
     def _unknown_hook_error(self, name: str) -> KeyError:
@@ -326,6 +397,7 @@ class HookedModule(nn.Module):
         remove_batch_dim: bool = False,
         incl_bwd: bool = False,
         reset_hooks_end: bool = True,
+        pos_slice: Any = None,
         **model_kwargs: Any,
     ) -> tuple[Any, Any]:
         """Run the model and return `(output, cache)` with the activations `names_filter` selects.
@@ -334,6 +406,8 @@ class HookedModule(nn.Module):
         `device` / `dtype`: where and in which dtype to store the cached tensors.
         `incl_bwd`: also cache gradients (as `name + "_grad"`); the output must be a scalar
         (use `return_type="loss"`), on which `.backward()` is called.
+        `pos_slice`: store only these positions of each activation (as transformer-lens: a `Slice`
+        or what it takes; an int keeps the position axis). The query axis of patterns and scores.
 
         Example:
             >>> logits, cache = model.run_with_cache("Hello world")
@@ -345,12 +419,18 @@ class HookedModule(nn.Module):
         if not points:
             raise ValueError(f"names_filter={names_filter!r} matches no hook point; see model.hook_dict for the names")
         store: dict[str, Tensor] = {}
+        positions = None
+        if pos_slice is not None:
+            slice_index(pos_slice, "pos_slice")  # a bad one fails here, by name
+            positions = Slice.unwrap(pos_slice)
 
         def save(name: str) -> HookFn:
             def fn(t: Tensor, hook: HookPoint) -> None:
                 t = t.detach()
                 if remove_batch_dim:
                     t = t[0]
+                if positions is not None:
+                    t = positions.apply(t, _pos_axis(name, t.ndim + int(remove_batch_dim)))
                 store[name] = t.to(device=device, dtype=dtype) if (device or dtype) else t
 
             return fn
@@ -372,6 +452,17 @@ class HookedModule(nn.Module):
             sorted(store.items(), key=lambda kv: (kv[0].endswith("_grad"), order.get(kv[0].removesuffix("_grad"), 0)))
         )
         return out, ActivationCache(ordered, self, has_batch_dim=not remove_batch_dim)
+
+
+def _pos_axis(name: str, ndim: int) -> int:
+    """The position axis, counted from the end, of hook `name`'s activation (`ndim` axes with batch).
+
+    Axis 1 ([batch, pos, ...]), or the query axis of a pattern or its scores ([batch, head, q, k]).
+    transformer-lens slices axis -3 of q/k/v/z/result and -2 of the rest: the same axes on every
+    hook it has by default; its per-head LayerNorm inputs and hook_tokens would have their head or
+    batch axis cut that way, where here they too are cut along their positions.
+    """
+    return (2 if name.removesuffix("_grad").endswith(("hook_pattern", "hook_attn_scores")) else 1) - ndim
 
 
 # Opt-in hook points exist only while their Config flag is on (as in transformer-lens);

@@ -30,6 +30,7 @@ from .factored import FactoredMatrix
 from .generation import GenerationMixin, KVCache, rollback_on_error
 from .hooks import HookedGPT, HookPoint
 from .pretrained import PretrainedMixin
+from .processing_methods import ProcessingMixin
 from .sae.splice import SAESplicingMixin
 from .stacked import StackedWeightsMixin
 from .text import TextMixin
@@ -128,9 +129,8 @@ class Attention(nn.Module):
         self.b_O = nn.Parameter(torch.zeros(d))
         # Masked scores are set to -inf, so they get exactly zero probability.
         self.register_buffer("IGNORE", torch.tensor(float("-inf")))
-        # transformer-lens 3.x keeps an empty "mask" buffer in its state dict; we keep one
-        # too so state dicts move both ways with strict=True. The causal mask itself is
-        # built per forward for the current length.
+        # An empty "mask" buffer as transformer-lens 3.x keeps, so state dicts move both ways with
+        # strict=True; the causal mask itself is built per forward for the current length.
         self.register_buffer("mask", torch.empty((0, 0), dtype=torch.bool))
         self.hook_q = HookPoint()  # [batch, posn, n_heads, d_head]
         self.hook_k = HookPoint()  # [batch, posn, n_heads, d_head]
@@ -199,8 +199,7 @@ class Attention(nn.Module):
             scores = self.hook_attn_scores(scores.masked_fill_(~allowed, self.IGNORE))
             pattern = scores.softmax(dim=-1)
             if attention_mask is not None:
-                # A padding query that may attend to nothing has a row of -inf -> NaN; make it 0.
-                # (Without padding every query sees at least itself.)
+                # A padding query that may attend to nothing (only with padding) has a NaN row: make it 0.
                 pattern = torch.where(pattern.isnan(), 0.0, pattern)
             pattern = self.hook_pattern(pattern)
             z = einops.einsum(
@@ -337,11 +336,13 @@ class Unembed(nn.Module):
 ReturnType = Literal["logits", "loss", "both", None]
 
 
-class GPT(GenerationMixin, TextMixin, StackedWeightsMixin, PretrainedMixin, SAESplicingMixin, HookedGPT):
+class GPT(
+    GenerationMixin, TextMixin, StackedWeightsMixin, PretrainedMixin, ProcessingMixin, SAESplicingMixin, HookedGPT
+):
     """A GPT-2 with a hook point on every activation.
 
-    This file holds the network; GPT's other methods, with transformer-lens' names, come from
-    mixins: text.py, generation.py, stacked.py, pretrained.py, sae/splice.py, hooks.py.
+    This file holds the network; GPT's other methods (transformer-lens' names) come from the mixins'
+    modules: text, generation, stacked, pretrained, processing_methods, sae/splice and hooks.
 
     Example:
         >>> model = GPT.from_pretrained("gpt2")              # or a local folder / file

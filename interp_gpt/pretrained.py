@@ -11,9 +11,10 @@ from typing import TYPE_CHECKING, Any, cast
 import torch
 from torch import Tensor
 
-from .config import Config
+from .config import DTYPE_NAMES, Config, as_float_dtype
 from .convert import _raise_if_bad, load_source
 from .processing import process_weights
+from .processing import refactor_factored_attn_matrices as _refactor
 from .sources import CheckpointError, hub_id, shipped_models
 
 if TYPE_CHECKING:
@@ -37,6 +38,7 @@ class PretrainedMixin:
         config: Config | None = None,
         tokenizer: Any = "auto",
         allow_non_finite: bool = False,
+        refactor_factored_attn_matrices: bool = False,
     ) -> GPT:
         """Load a GPT-2 checkpoint, processed like transformer-lens' `from_pretrained` by default.
 
@@ -48,6 +50,8 @@ class PretrainedMixin:
         if it has them, else GPT-2's BPE (for a 50,257-token vocabulary); pass a `Tokenizer`
         or None to choose. A weight holding NaN or inf is refused (a `CheckpointError` naming
         it) unless `allow_non_finite=True`, which loads it with a warning.
+        `refactor_factored_attn_matrices` (off by default, as in transformer-lens) re-splits W_Q/W_K
+        and W_V/W_O by SVD after the other steps (see processing.refactor_factored_attn_matrices).
 
         Weights in .safetensors files are memory-mapped copy-on-write, as Hugging Face reads
         them: loading reads only W_U and W_Q/W_K/W_V (copies: see convert_hf_gpt2_state_dict),
@@ -60,13 +64,7 @@ class PretrainedMixin:
             >>> model = GPT.from_pretrained("gpt2")                    # hub (or its cache)
             >>> raw = GPT.from_pretrained_no_processing("./my-gpt2")   # local folder, weights as stored
         """
-        if isinstance(dtype, str) and dtype in _DTYPE_NAMES:
-            dtype = _DTYPE_NAMES[dtype]  # transformer-lens' names
-        if not (isinstance(dtype, torch.dtype) and dtype.is_floating_point):
-            raise TypeError(
-                f"dtype={dtype!r}: expected a floating-point torch.dtype (torch.float32, torch.float64 ...) "
-                f"or one of {sorted(_DTYPE_NAMES)}"
-            )
+        dtype = as_float_dtype(dtype)  # transformer-lens' names too
         if isinstance(source, str) and not Path(source).expanduser().exists() and source not in shipped_models():
             source = hub_id(source)  # transformer-lens' aliases: "gpt2-small" is "gpt2"
         cfg, sd, folder = load_source(source, config)
@@ -77,6 +75,8 @@ class PretrainedMixin:
             sd = {k: v.to(dtype) if v.is_floating_point() else v for k, v in sd.items()}
         # load_source's tensors are ours alone: process them where they lie (no second copy).
         sd = process_weights(sd, cfg, fold_ln, center_writing_weights, center_unembed, fold_value_biases, inplace=True)
+        if refactor_factored_attn_matrices:
+            _refactor(sd, cfg)
         with torch.device("meta"):
             model: GPT = cls(cfg)
         expected = dict(model.named_parameters())
@@ -118,16 +118,7 @@ def _check_finite(sd: dict[str, Tensor], name: str, allow: bool) -> None:
 
 _FINITE_CHUNK = 1 << 22
 
-_DTYPE_NAMES = {
-    "float32": torch.float32,
-    "fp32": torch.float32,
-    "float16": torch.float16,
-    "fp16": torch.float16,
-    "bfloat16": torch.bfloat16,
-    "bf16": torch.bfloat16,
-    "float64": torch.float64,
-    "fp64": torch.float64,
-}
+_DTYPE_NAMES = DTYPE_NAMES  # (its old name here)
 
 
 def _auto_tokenizer(cfg: Config, folder: Path | None, from_hub: bool) -> Any:

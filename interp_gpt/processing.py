@@ -1,5 +1,6 @@
 """Weight processing as transformer-lens' `from_pretrained` does it by default: fold_ln,
-center_writing_weights, center_unembed, fold_value_biases. Each leaves every log-prob unchanged."""
+center_writing_weights, center_unembed, fold_value_biases (and, on request,
+refactor_factored_attn_matrices). Each leaves every log-prob unchanged."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import torch
 from torch import Tensor
 
 from .config import Config
+from .factored import FactoredMatrix
 
 
 # ----------------------------------------------------------------------------
@@ -23,24 +25,28 @@ def _layers_in(sd: Mapping[str, Tensor], cfg: Config) -> list[int]:
     return [L for L in range(cfg.n_layers) if any(k.startswith(f"blocks.{L}.") for k in sd)]
 
 
-def fold_layer_norm(sd: dict[str, Tensor], cfg: Config, center_weights: bool = True) -> None:
+def fold_layer_norm(
+    sd: dict[str, Tensor], cfg: Config, center_weights: bool = True, *, fold_biases: bool = True
+) -> None:
     """Fold each LayerNorm's weight and bias into the layer that reads its output.
 
     LN(x) @ W + b_W  ==  LNPre(x) @ (w[:, None] * W) + (b @ W + b_W), so after this the
     LayerNorms only centre and scale (the caller sets cfg to "LNPre"). With `center_weights`
     the reading weights are also centred along d_model: LNPre's output has zero mean, so a
-    constant added along that axis changes nothing.
+    constant added along that axis changes nothing. Without `fold_biases` (transformer-lens' option
+    for RMS norms) only the weights are folded and each LayerNorm's `b` stays in `sd`.
     """
 
     def fold(ln: str, readers: list[tuple[str, str]], d_model_axis: int) -> None:
         if f"{ln}.w" not in sd:
             return
-        w, b = sd.pop(f"{ln}.w"), sd.pop(f"{ln}.b")
+        w, b = sd.pop(f"{ln}.w"), sd.pop(f"{ln}.b") if fold_biases else None
         shape = [1] * sd[readers[0][0]].ndim
         shape[d_model_axis] = -1
         for W_key, b_key in readers:
             W = sd[W_key]
-            sd[b_key] += torch.tensordot(b, W, dims=([0], [d_model_axis]))  # b @ W along d_model
+            if b is not None:
+                sd[b_key] += torch.tensordot(b, W, dims=([0], [d_model_axis]))  # b @ W along d_model
             W.mul_(w.reshape(shape))
             if center_weights:
                 W.sub_(W.mean(d_model_axis, keepdim=True))
@@ -84,6 +90,32 @@ def fold_value_biases(sd: dict[str, Tensor], cfg: Config) -> None:
             sd[q + "b_V"], sd[q + "W_O"], "n_heads d_head, n_heads d_head d_model -> d_model"
         )
         sd[q + "b_V"].zero_()
+
+
+def refactor_factored_attn_matrices(sd: dict[str, Tensor], cfg: Config) -> None:
+    """Re-split each head's W_Q/W_K and W_V/W_O so that QK and OV (and the biases' effect) are unchanged
+    but the factors are "even", as transformer-lens' method of this name does.
+
+    QK: W_Q and W_K with their biases as an extra input row ([d_model + 1, d_head]: an input whose
+    last coordinate is 1), split by the SVD of W_Q_eff W_K_eff^T = U S V^T into U sqrt(S) and
+    V sqrt(S). OV: b_V is moved into b_O (each pattern row sums to 1), then W_V = U S and W_O = V^T
+    from the SVD of W_V W_O, so W_O's rows are orthonormal.
+    """
+    for L in _layers_in(sd, cfg):
+        q = f"blocks.{L}.attn."
+        W_Q_eff = torch.cat([sd[q + "W_Q"], sd[q + "b_Q"][:, None, :]], dim=1)  # [n_heads, d_model + 1, d_head]
+        W_K_eff = torch.cat([sd[q + "W_K"], sd[q + "b_K"][:, None, :]], dim=1)
+        QK = FactoredMatrix(W_Q_eff, W_K_eff.transpose(-1, -2)).make_even()
+        W_K_even = QK.B.transpose(-1, -2)
+        sd[q + "W_Q"], sd[q + "b_Q"] = QK.A[:, :-1, :], QK.A[:, -1, :]
+        sd[q + "W_K"], sd[q + "b_K"] = W_K_even[:, :-1, :], W_K_even[:, -1, :]
+
+        sd[q + "b_O"] = sd[q + "b_O"] + einops.einsum(
+            sd[q + "b_V"], sd[q + "W_O"], "n_heads d_head, n_heads d_head d_model -> d_model"
+        )
+        sd[q + "b_V"] = torch.zeros_like(sd[q + "b_V"])
+        U, S, V = FactoredMatrix(sd[q + "W_V"], sd[q + "W_O"]).svd()
+        sd[q + "W_V"], sd[q + "W_O"] = U * S[..., None, :], V.transpose(-1, -2)
 
 
 # process_weights' flags share these functions' names.

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Literal
 
+import numpy as np
+import torch
 from jaxtyping import Int
 from torch import Tensor
 
-from .checks import check_mask, check_tokens
+from .checks import check_integer_tensor, check_mask, check_tokens
 
 if TYPE_CHECKING:
     from .config import Config
@@ -92,19 +94,52 @@ class TextMixin:
             tokens, mask = tokens.to(self.W_E.device), mask.to(self.W_E.device)
         return (tokens, mask) if return_mask else tokens
 
-    def to_str_tokens(self, input: str | Tensor | list[int], prepend_bos: bool | None = None) -> list[str]:
-        """One string per token, e.g. `["<|endoftext|>", "Hello", " world"]`."""
+    def to_str_tokens(
+        self,
+        input: str | list | Tensor | np.ndarray,
+        prepend_bos: bool | None = None,
+        *,
+        padding_side: Literal["left", "right"] | None = None,
+    ) -> list[str] | list[list[str]]:
+        """One string per token, e.g. `["<|endoftext|>", "Hello", " world"]`, as transformer-lens.
+
+        `input`: a string (tokenized with `prepend_bos` / `padding_side`), token ids (a 1-D tensor or
+        numpy array, or one with size-1 axes, which are squeezed; a list of ints), or a list of any
+        of these (a list of lists back). A 2-D batch of ids gives one list per row (transformer-lens
+        refuses it).
+
+        Example:
+            >>> model.to_str_tokens("Hello world")
+            ['<|endoftext|>', 'Hello', ' world']
+            >>> model.to_str_tokens(["Hi", "Hello world"], prepend_bos=False)
+            [['Hi'], ['Hello', ' world']]
+        """
         tok = self._require_tokenizer()
+        if isinstance(input, list):
+            if input and all(_is_int(i) for i in input):
+                return tok.decode_each([int(i) for i in input])
+            return [self.to_str_tokens(item, prepend_bos, padding_side=padding_side) for item in input]  # type: ignore[return-value]
         if isinstance(input, str):
-            ids = self.to_tokens(input, prepend_bos=prepend_bos, move_to_device=False)[0].tolist()
-        elif isinstance(input, Tensor):
-            if input.ndim == 2 and input.shape[0] == 1:
-                input = input[0]
-            if input.ndim != 1:
-                raise ValueError(f"input: to_str_tokens takes one sequence, got shape {tuple(input.shape)}")
-            ids = input.tolist()
-        else:
-            ids = list(input)
+            ids = self.to_tokens(input, prepend_bos=prepend_bos, padding_side=padding_side, move_to_device=False)[0]
+            return tok.decode_each(ids.tolist())
+        if isinstance(input, np.ndarray):
+            if input.dtype.kind not in "iu":
+                raise TypeError(f"to_str_tokens: input must hold integer token ids, got a numpy array of {input.dtype}")
+            input = torch.from_numpy(input)
+        if not isinstance(input, Tensor):
+            raise TypeError(
+                "to_str_tokens: input must be a string, a list (of strings, ints or token sequences), "
+                f"or a tensor / numpy array of token ids; got {type(input).__name__}"
+            )
+        ids = input.squeeze()  # as transformer-lens: [1, pos] and [pos, 1] are one sequence
+        if ids.ndim == 0:
+            ids = ids.reshape(1)
+        if ids.ndim == 2:
+            return [tok.decode_each(row) for row in ids]
+        if ids.ndim != 1:
+            raise ValueError(
+                f"to_str_tokens: input must be [pos] or [batch, pos] token ids, got shape {tuple(input.shape)}"
+            )
         return tok.decode_each(ids)
 
     def to_string(self, tokens: Tensor | list[int]) -> str | list[str]:
@@ -118,7 +153,7 @@ class TextMixin:
         """The string of one token id, e.g. `262` -> `" the"` (transformer-lens' name)."""
         if isinstance(int_token, bool) or not isinstance(int_token, int):
             raise TypeError(f"to_single_str_token: int_token must be an int, got {type(int_token).__name__}")
-        return self.to_str_tokens([int_token])[0]
+        return self._require_tokenizer().decode_each([int_token])[0]
 
     def to_single_token(self, string: str) -> int:
         """The id of a string that is exactly one token, e.g. `" the"` -> 262."""
@@ -126,3 +161,68 @@ class TextMixin:
         if len(ids) != 1:
             raise ValueError(f"to_single_token: {string!r} is {len(ids)} tokens, not one: {ids}")
         return ids[0]
+
+    def get_token_position(
+        self,
+        single_token: str | int | Tensor,
+        input: str | Tensor,
+        mode: Literal["first", "last"] = "first",
+        prepend_bos: bool | None = None,
+        padding_side: Literal["left", "right"] | None = None,
+    ) -> int:
+        """The position of `single_token` (a token id, or a string that is one token) in `input` (a
+        string, tokenized with `prepend_bos` / `padding_side`, or ids `[pos]` / `[1, pos]`): its
+        first occurrence, or its last with `mode="last"` (transformer-lens' method).
+
+        Example:
+            >>> model.get_token_position(" Mary", "When Mary and John went, John gave it to Mary")
+            2
+            >>> model.get_token_position(" Mary", "When Mary and John went, John gave it to Mary", mode="last")
+            11
+        """
+        if mode not in ("first", "last"):
+            raise ValueError(f"get_token_position: mode must be 'first' or 'last', not {mode!r}")
+        if isinstance(input, str):
+            tokens = self.to_tokens(input, prepend_bos=prepend_bos, padding_side=padding_side)
+        elif isinstance(input, Tensor):
+            tokens = check_integer_tensor(input, "input", "get_token_position")
+        else:
+            raise TypeError(
+                f"get_token_position: input must be a string or a tensor of token ids, got {type(input).__name__}"
+            )
+        if tokens.ndim == 2:
+            if tokens.shape[0] != 1:
+                raise ValueError(
+                    f"get_token_position: token ids of rank two must have shape [1, seq_len], not {tuple(tokens.shape)}"
+                )
+            tokens = tokens[0]
+        if tokens.ndim != 1:
+            raise ValueError(
+                f"get_token_position: input must be [pos] or [1, pos] ids, got shape {tuple(tokens.shape)}"
+            )
+        if isinstance(single_token, str):
+            try:
+                token = self.to_single_token(single_token)
+            except ValueError as e:
+                raise ValueError(f"get_token_position: single_token must be one token; {e}") from None
+        elif isinstance(single_token, Tensor) and single_token.numel() == 1:
+            token = int(single_token.item())
+        elif _is_int(single_token):
+            token = int(single_token)  # type: ignore[arg-type]
+        else:
+            raise TypeError(
+                "get_token_position: single_token must be a token id or a string that is one token, "
+                f"got {single_token!r:.60}"
+            )
+        found = (tokens == token).nonzero().flatten()
+        if found.numel() == 0:
+            shown = self.to_str_tokens(tokens) if self.tokenizer is not None else tokens.tolist()
+            what = f"{single_token!r} (id {token})" if isinstance(single_token, str) else f"id {token}"
+            raise ValueError(
+                f"get_token_position: the token {what} does not occur in the prompt, whose tokens are {shown}"
+            )
+        return int(found[0 if mode == "first" else -1])
+
+
+def _is_int(x: Any) -> bool:
+    return isinstance(x, (int, np.integer)) and not isinstance(x, bool)

@@ -12,6 +12,7 @@ from torch import Tensor
 
 from .checks import check_int_in_range
 from .factored import FactoredMatrix
+from .slices import Slice  # noqa: F401 (transformer-lens offers it as utils.Slice)
 
 # Short names people type, mapped to the hook names they mean.
 _ACT_ALIASES = {

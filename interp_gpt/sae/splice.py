@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor
 
-from ..hooks import HookPoint
+from ..hooks import HookPoint, _HasHooks
 from .core import SAE
 
 if TYPE_CHECKING:
@@ -44,6 +44,16 @@ if TYPE_CHECKING:
 __all__ = ["SAESplicingMixin", "SplicedHookPoint"]
 
 _INNER = ("hook_sae_input", "hook_sae_acts_pre", "hook_sae_acts_post", "hook_sae_recons")
+
+
+class _SplicedHasHooks(_HasHooks):
+    """`has_hooks` of a spliced point: always true as a truth value (the SAE runs there); called as
+    transformer-lens' method it answers for the hooks users attached."""
+
+    __slots__ = ()
+
+    def __bool__(self) -> bool:
+        return True
 
 
 class SplicedHookPoint(HookPoint):
@@ -68,8 +78,8 @@ class SplicedHookPoint(HookPoint):
     sae: SAE
 
     @property
-    def has_hooks(self) -> bool:
-        return True  # the model's fast paths must call this point: the SAE runs here
+    def has_hooks(self) -> _HasHooks:
+        return _SplicedHasHooks(self)  # true: the model's fast paths must call this point, the SAE runs here
 
     def forward(self, x: Tensor) -> Tensor:
         x = super().forward(x)  # the hooks on the model's own point (a patch, a cache) act first
