@@ -15,7 +15,8 @@ depends on nothing but its own windows: a harvest killed half-way (an error, Ctr
 resumes after the last shard its progress file records and writes the same bytes an
 uninterrupted harvest would. Without `shuffle` rows are in data order; in either case sorting
 all rows by `token_index` gives the single-process, unshuffled harvest, whatever the world size.
-Memory: one shard's rows (twice, while it is permuted).
+Memory: two shards (one filling, one on its way to disk); each row is written straight to its
+place in the file's bytes (shardfile.py), so shuffling and serialising copy nothing.
 
 Files go through `interp_gpt.files` (whole or not at all). The manifest records the hooks, d_in,
 dtype, tokens per shard and sha256 of each, the text's sha256, and the model's and tokenizer's
@@ -30,16 +31,18 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors.torch import load_file, save
+from safetensors.torch import load_file
 from torch import Tensor
 from tqdm.auto import tqdm  # type: ignore[import-untyped]
 
 from ..checks import check_int_in_range
-from ..files import write_atomic
+from ..files import atomic_path, write_atomic
+from .shardfile import ShardBuffer
 from .text import describe_data
 
 __all__ = ["harvest", "load_harvest", "iter_shards", "FORMAT"]
@@ -147,29 +150,30 @@ def _gather(obj: Any, world_size: int) -> list[Any]:
     return out
 
 
-class _Shard:
-    """One shard's rows being filled: each hook's activations, token ids, token positions."""
+class _NoBar:
+    def update(self, n: int) -> None:
+        pass
 
-    def __init__(self, store: Any, rows: int) -> None:
-        self.acts = {h: torch.empty(rows, d, dtype=store.dtype) for h, d in store.d_in.items()}
-        self.tokens = torch.empty(rows, dtype=torch.int32)
-        self.index = torch.empty(rows, dtype=torch.int64)
-        self.n = 0
+    def close(self) -> None:
+        pass
 
-    def add(self, store: Any, window_ids: list[int], tokens: Tensor) -> None:
-        acts = store.activations(tokens)
-        k = tokens.numel()
-        for h, t in acts.items():
-            self.acts[h][self.n : self.n + k] = t.cpu()
-        self.tokens[self.n : self.n + k] = tokens.reshape(-1).to(torch.int32)
-        pos = torch.arange(tokens.shape[1])
-        self.index[self.n : self.n + k] = (torch.tensor(window_ids)[:, None] * tokens.shape[1] + pos).reshape(-1)
-        self.n += k
 
-    def tensors(self, perm: Tensor | None) -> dict[str, Tensor]:
-        cols = {**self.acts, "tokens": self.tokens, "token_index": self.index}
-        cols = {k: v[: self.n] for k, v in cols.items()}
-        return cols if perm is None else {k: v[perm].contiguous() for k, v in cols.items()}
+def _new_shard(store: Any, rows: int, rank: int, k: int) -> ShardBuffer:
+    """Shard `k` of `rank`: each hook's activations, `tokens`, `token_index`; permuted by its own seed."""
+    columns: dict[str, tuple[torch.dtype, tuple[int, ...]]] = {h: (store.dtype, (d,)) for h, d in store.d_in.items()}
+    columns |= {"tokens": (torch.int32, ()), "token_index": (torch.int64, ())}
+    gen = torch.Generator().manual_seed(_shard_seed(store.seed, rank, k))
+    perm = torch.randperm(rows, generator=gen) if store.shuffle else None
+    return ShardBuffer(columns, rows, perm, {"format": FORMAT})
+
+
+def _add_rows(store: Any, shard: ShardBuffer, window_ids: list[int], tokens: Tensor) -> None:
+    """Run the windows `tokens` [batch, ctx] and put their rows in `shard`."""
+    cols = store.activations(tokens)
+    pos = torch.arange(tokens.shape[1])
+    cols["tokens"] = tokens.reshape(-1).to(torch.int32)
+    cols["token_index"] = (torch.tensor(window_ids)[:, None] * tokens.shape[1] + pos).reshape(-1)
+    shard.add(cols)
 
 
 def harvest(
@@ -218,61 +222,81 @@ def harvest(
                 )
     skip = len(records) * per_shard  # this rank's windows already on disk
     mine = len(range(rank, n_windows, world))
-    bar = tqdm(
-        total=mine * ctx, initial=skip * ctx, desc=f"harvest r{rank}", unit="tok", unit_scale=True,
-        disable=not progress or rank != 0,
-    )  # fmt: skip
+    bar = _NoBar()
+    if progress and rank == 0:  # tqdm shows tokens/s; the other ranks go at the same pace
+        bar = tqdm(total=mine * ctx, initial=skip * ctx, desc="harvest", unit="tok", unit_scale=True)
 
-    def finish(shard: _Shard, first: int) -> None:
-        k = len(records)
-        perm = torch.randperm(shard.n, generator=torch.Generator().manual_seed(_shard_seed(store.seed, rank, k)))
-        data = save(shard.tensors(perm if store.shuffle else None), metadata={"format": FORMAT})
+    # Shards are shuffled, serialised, hashed and written by one thread while the next one fills;
+    # one at a time, in order, so the progress file only ever lists a prefix of the shards.
+    writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="harvest-writer")
+    pending: list[Future[None]] = []
+
+    def write(shard: ShardBuffer, k: int, first: int, digest: str) -> None:
         name = f"shard-r{rank:03d}-{k:06d}.safetensors"
-        write_atomic(out / name, data)
+        data = shard.view()
+        with atomic_path(out / name) as tmp, open(tmp, "wb") as f:
+            f.write(data)
         rec = {"file": name, "rank": rank, "index": k, "n_tokens": shard.n, "first_window": first}
-        rec |= {"sha256": hashlib.sha256(data).hexdigest(), "data_sha256": store.windows.digest}
+        rec |= {"sha256": hashlib.sha256(data).hexdigest(), "data_sha256": digest}
         records.append(rec)
         write_atomic(progress_path, json.dumps({"config": config, "shards": records}, indent=1))
         if on_shard is not None:
             on_shard(rec)
 
-    shard: _Shard | None = None
-    ids: list[int] = []
-    rows: list[Tensor] = []
-    first = 0
-    local = n_seen = -1
-    for i, window in enumerate(store.windows):
-        n_seen = i
-        if i >= n_windows:
-            break
-        if i % world != rank:
-            continue
-        local += 1
-        if local < skip:
-            if local == skip - 1 and store.windows.digest != records[-1]["data_sha256"]:
-                raise ValueError(
-                    f"data: the text differs from what the interrupted harvest in {str(out)!r} read "
-                    "(sha256 of the text so far); resume with the same data or choose another folder"
-                )
-            continue
-        if shard is None:
-            shard, first = _Shard(store, per_shard * ctx), i
-        ids.append(i)
-        rows.append(window)
-        full = (local + 1) % per_shard == 0
-        if len(rows) == store.batch_size or full:
-            shard.add(store, ids, torch.stack(rows))
+    def wait() -> None:
+        while pending:
+            pending.pop().result()  # a failed write (or on_shard) raises here
+
+    def finish(shard: ShardBuffer, first: int, k: int) -> None:
+        if shard.n < shard.rows:  # the last shard, cut short: a file of its own size, permuted by the same seed
+            short = _new_shard(store, shard.n, rank, k)
+            short.add(shard.in_data_order())
+            shard = short
+        wait()
+        pending.append(writer.submit(write, shard, k, first, store.windows.digest))
+
+    try:
+        shard: ShardBuffer | None = None
+        k = len(records)  # the next shard's number
+        ids: list[int] = []
+        rows: list[Tensor] = []
+        first = 0
+        local = n_seen = -1
+        for i, window in enumerate(store.windows):
+            n_seen = i
+            if i >= n_windows:
+                break
+            if i % world != rank:
+                continue
+            local += 1
+            if local < skip:
+                if local == skip - 1 and store.windows.digest != records[-1]["data_sha256"]:
+                    raise ValueError(
+                        f"data: the text differs from what the interrupted harvest in {str(out)!r} read "
+                        "(sha256 of the text so far); resume with the same data or choose another folder"
+                    )
+                continue
+            if shard is None:
+                shard, first = _new_shard(store, per_shard * ctx, rank, k), i
+            ids.append(i)
+            rows.append(window)
+            full = (local + 1) % per_shard == 0
+            if len(rows) == store.batch_size or full:
+                _add_rows(store, shard, ids, torch.stack(rows))
+                bar.update(len(rows) * ctx)
+                ids, rows = [], []
+            if full:
+                finish(shard, first, k)
+                shard, k = None, k + 1
+        if rows:
+            assert shard is not None
+            _add_rows(store, shard, ids, torch.stack(rows))
             bar.update(len(rows) * ctx)
-            ids, rows = [], []
-        if full:
-            finish(shard, first)
-            shard = None
-    if rows:
-        assert shard is not None
-        shard.add(store, ids, torch.stack(rows))
-        bar.update(len(rows) * ctx)
-    if shard is not None and shard.n:
-        finish(shard, first)
+        if shard is not None and shard.n:
+            finish(shard, first, k)
+        wait()
+    finally:
+        writer.shutdown(wait=True)  # a shard on its way is finished, even on an error
     bar.close()
     if n_seen < 0:
         raise ValueError(f"data: no window of context_size={ctx} tokens could be made from it (empty or too short)")

@@ -9,7 +9,7 @@ it is skipped, so a window never starts with two). This is what sae-lens' Activa
 does for untokenized text with its defaults (BOS as the batch-begin token and as the
 sequence separator). A last window the data cannot fill is dropped.
 
-Files are read in chunks of about 1 MiB cut between two newlines of a blank line that has
+Files are read in chunks of about 64 Ki characters cut between two newlines of a blank line that has
 text on both sides ("X\\n|\\nY"): GPT-2's pre-tokenizer splits there anyway, so the chunked
 tokenization equals tokenizing the whole file (the tests check it on the shipped corpora).
 Memory stays bounded by one chunk whatever the file size.
@@ -32,7 +32,7 @@ from torch import Tensor
 
 __all__ = ["TokenWindows", "describe_data"]
 
-CHUNK_CHARS = 1 << 20
+CHUNK_CHARS = 1 << 16
 _SAFE_CUT = re.compile(r"(?<=\S\n)(?=\n\S)")
 
 DataSource = str | os.PathLike[str] | Iterable[str | os.PathLike[str]]
