@@ -33,9 +33,8 @@ from torch import Tensor
 __all__ = ["TokenWindows", "describe_data"]
 
 CHUNK_CHARS = 1 << 16
+PIECES = 8  # pieces per chunk, encoded in one call
 _SAFE_CUT = re.compile(r"(?<=\S\n)(?=\n\S)")
-
-DataSource = str | os.PathLike[str] | Iterable[str | os.PathLike[str]]
 
 
 def _files(path: Path) -> list[Path]:
@@ -71,25 +70,27 @@ def describe_data(data: Any) -> dict[str, Any]:
     return {"iterable": type(data).__name__}
 
 
-def _file_chunks(path: Path) -> Iterator[str]:
-    """The file's text in pieces whose separate tokenizations join to the whole file's."""
+def _file_chunks(path: Path) -> Iterator[list[str]]:
+    """The file's text as lists of about PIECES pieces (one list per chunk read), cut where separate
+    tokenizations join to the whole file's."""
     carry = ""
     with open(path, encoding="utf-8") as f:
         while block := f.read(CHUNK_CHARS):
             text = carry + block
-            cut = None
-            for m in _SAFE_CUT.finditer(text, max(0, len(text) - CHUNK_CHARS // 2)):
-                cut = m.start()
-            if cut is None:
+            cuts, step = [0], len(text) // PIECES
+            for m in _SAFE_CUT.finditer(text, 1):
+                if m.start() - cuts[-1] >= step:
+                    cuts.append(m.start())
+            if len(cuts) == 1:
                 carry = text
                 continue
-            yield text[:cut]
-            carry = text[cut:]
+            yield [text[a:b] for a, b in zip(cuts, cuts[1:], strict=False)]
+            carry = text[cuts[-1] :]
     if carry:
-        yield carry
+        yield [carry]
 
 
-def _documents(data: Any) -> Iterator[Iterator[str]]:
+def _documents(data: Any) -> Iterator[Iterator[list[str]]]:
     src = _sources(data)
     for i, item in enumerate(src):
         if isinstance(item, Path):
@@ -97,7 +98,7 @@ def _documents(data: Any) -> Iterator[Iterator[str]]:
         elif isinstance(item, os.PathLike):
             yield (c for f in _files(Path(item)) for c in _file_chunks(f))
         elif isinstance(item, str):
-            yield iter((item,))
+            yield iter(([item],))
         else:
             raise TypeError(f"data: item {i} is a {type(item).__name__}; expected a string of text")
 
@@ -105,7 +106,8 @@ def _documents(data: Any) -> Iterator[Iterator[str]]:
 class TokenWindows:
     """The data as token windows `[context_size]`, in order; iterate once per `iter()`.
 
-    `digest` is the sha256 (hex) of the text read so far; `n_tokens_read` counts the stream's tokens.
+    `digest` is the sha256 (hex) of the text read so far (it depends on the text alone, not on how it
+    was cut).
     """
 
     def __init__(self, tokenizer: Any, data: Any, context_size: int, prepend_bos: bool = True) -> None:
@@ -118,49 +120,46 @@ class TokenWindows:
     def digest(self) -> str:
         return self._sha.hexdigest()
 
+    def _encode(self, pieces: list[str]) -> list[list[int]]:
+        """Each piece's token ids. A `tokenizers` backend without an alphabet to check (GPT-2's BPE, the
+        shipped model's) encodes the pieces in one call that skips the character offsets (about twice
+        as fast, and spread over the cores); the results equal `tokenizer.encode`'s (tested)."""
+        backend: Any = getattr(self.tokenizer, "backend", None)
+        if hasattr(backend, "encode_batch_fast") and getattr(self.tokenizer, "_alphabet", None) is None:
+            return [e.ids for e in backend.encode_batch_fast(pieces, add_special_tokens=False)]
+        return [self.tokenizer.encode(p) for p in pieces]
+
     def _stream(self) -> Iterator[list[int]]:
         """Token ids in pieces: each document's chunks, a BOS between documents."""
         first = True
         for doc in _documents(self.data):
             self._sha.update(b"\x00document\x00")
             started = False
-            for chunk in doc:
-                self._sha.update(chunk.encode("utf-8"))
-                ids = self.tokenizer.encode(chunk)
-                if not ids:
-                    continue
-                if not started and not first:
-                    yield [self.bos]
-                started, first = True, False
-                yield ids
+            for pieces in doc:
+                for p in pieces:
+                    self._sha.update(p.encode("utf-8"))
+                for ids in self._encode(pieces):
+                    if not ids:
+                        continue
+                    if not started and not first:
+                        yield [self.bos]
+                    started, first = True, False
+                    yield ids
 
     def __iter__(self) -> Iterator[Tensor]:
         self._sha = hashlib.sha256()
         body = self.context_size - 1 if self.prepend_bos else self.context_size
-        pending: list[int] = []
+        bos = torch.tensor([self.bos])
+        pending = torch.empty(0, dtype=torch.long)
         at = 0  # the next unused token of `pending`
         for piece in self._stream():
-            pending = pending[at:] + piece
-            at = 0
+            pending = torch.cat([pending[at:], torch.tensor(piece, dtype=torch.long)])
+            at, n = 0, len(pending)
             while True:
-                if self.prepend_bos and at < len(pending) and pending[at] == self.bos:
+                if self.prepend_bos and at < n and int(pending[at]) == self.bos:
                     at += 1  # the window's own BOS stands for the separator
-                if len(pending) - at < body:
+                if n - at < body:
                     break
                 ids = pending[at : at + body]
                 at += body
-                yield torch.tensor(([self.bos] if self.prepend_bos else []) + ids, dtype=torch.long)
-
-
-def window_batches(windows: Iterable[Tensor], batch_size: int, skip: int = 0, step: int = 1) -> Iterator[Tensor]:
-    """Stack the windows `skip, skip + step, skip + 2 step ...` into batches `[batch_size, context_size]`
-    (the last may be smaller)."""
-    batch: list[Tensor] = []
-    for i, w in enumerate(windows):
-        if i >= skip and (i - skip) % step == 0:
-            batch.append(w)
-            if len(batch) == batch_size:
-                yield torch.stack(batch)
-                batch = []
-    if batch:
-        yield torch.stack(batch)
+                yield torch.cat([bos, ids]) if self.prepend_bos else ids.clone()
