@@ -6,7 +6,9 @@
 On the shipped tiny-gpt2 and the corpora in data/corpus, for the first N tokens (whole
 128-token windows):
   bare      the same windows, tokenized beforehand and stacked into the same batches, through
-            `model(tokens, stop_at_layer=S)` (S: the layer after the hook, as the store uses);
+            `model(tokens, stop_at_layer=S)` with the store's S (for blocks.L.hook_resid_pre S = L:
+            the stream entering layer L is what that forward returns);
+  bare+1    the same with S + 1, the stop sae-lens uses for that hook (for reference);
   harvest   `ActivationStore(...).harvest(fresh_dir, N)`: reading and tokenizing the text,
             run_with_cache, the per-shard shuffle, safetensors shards (sha256, fsync), manifest;
   memory    the in-memory store: `next_batch()` until N tokens went through the model (its
@@ -77,6 +79,11 @@ def main(argv: list[str] | None = None) -> int:
             for b in batches:
                 model(b, stop_at_layer=stop)
 
+    def bare_plus_one() -> None:  # sae-lens' stop for the same hook: layer + 1 (one block more for resid_pre)
+        with torch.inference_mode():
+            for b in batches:
+                model(b, stop_at_layer=stop + 1)
+
     def harvest() -> None:
         out = scratch / f"h{next(rounds)}"
         store(device="cpu").harvest(out, n, args.shard_tokens, progress=False)
@@ -90,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
             s.next_batch()
         forwarded.append(s.n_tokens_seen)
 
-    cpu: dict[str, list[float]] = {"bare": [], "harvest": [], "memory": []}
+    cpu: dict[str, list[float]] = {"bare": [], "bare+1": [], "harvest": [], "memory": []}
 
     def cpu_timed(name: str, fn: Callable[[], None]) -> Callable[[], None]:
         def run() -> None:
@@ -101,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
         return run
 
     try:
-        fns = {"bare": bare, "harvest": harvest, "memory": memory}
+        fns = {"bare": bare, "bare+1": bare_plus_one, "harvest": harvest, "memory": memory}
         times = C.interleaved({k: cpu_timed(k, f) for k, f in fns.items()}, args.repeats, 1, args.device)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
@@ -113,6 +120,7 @@ def main(argv: list[str] | None = None) -> int:
     load = os.getloadavg()[0]
     print(f"tiny-gpt2 {args.hook}, {n} tokens ({n_windows} windows of 128, {args.batch_size} a forward), "
           f"device {args.device}, {args.threads} thread(s), load average {load:.1f} on {os.cpu_count()} CPUs")  # fmt: skip
+    print(f"stop_at_layer={stop} (bare, store), {stop + 1} (bare+1)")
     print(f"{'':8} {'median s':>9} {'min s':>8} {'tokens/s':>10} {'/ bare':>7} {'cpu s':>8} {'/ bare':>7}")
     for k, v in times.items():
         print(

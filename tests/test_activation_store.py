@@ -97,8 +97,15 @@ def test_windows_follow_the_documented_layout(model: GPT, docs: list[str]) -> No
 # ----------------------------------------------------------------------------
 # in memory
 # ----------------------------------------------------------------------------
-def test_unshuffled_store_equals_run_with_cache(model: GPT, docs: list[str]) -> None:
-    hooks = [HOOK, "blocks.0.attn.hook_z", "ln_final.hook_normalized", "blocks.0.hook_mlp_out"]
+@pytest.mark.parametrize(
+    "hooks",
+    [
+        [HOOK, "blocks.0.attn.hook_z", "ln_final.hook_normalized", "blocks.0.hook_mlp_out"],  # to the end
+        ["blocks.0.hook_mlp_out", HOOK],  # stops at layer 1: resid_pre 1 is the forward's output
+        ["hook_embed"],  # no block at all
+    ],
+)
+def test_unshuffled_store_equals_run_with_cache(model: GPT, docs: list[str], hooks: list[str]) -> None:
     store = ActivationStore(model, hooks, docs, context_size=32, batch_size=4, out_batch_size=50, shuffle=False)
     batches = list(store)
     got = {h: torch.cat([b[h] for b in batches]) for h in hooks}
@@ -108,8 +115,13 @@ def test_unshuffled_store_equals_run_with_cache(model: GPT, docs: list[str]) -> 
         want = cache[h].reshape(tokens.numel(), -1)
         assert got[h].shape == want.shape, h
         torch.testing.assert_close(got[h], want, rtol=0, atol=1e-6)
-    assert store.stop_at_layer is None and store.d_in["blocks.0.attn.hook_z"] == model.cfg.n_heads * model.cfg.d_head
-    assert ActivationStore(model, HOOK, docs).stop_at_layer == 2
+    if "blocks.0.attn.hook_z" in hooks:
+        assert (
+            store.stop_at_layer is None and store.d_in["blocks.0.attn.hook_z"] == model.cfg.n_heads * model.cfg.d_head
+        )
+    assert ActivationStore(model, HOOK, docs).stop_at_layer == 1  # resid_pre 1: what stop_at_layer=1 returns
+    assert ActivationStore(model, [HOOK, "blocks.0.hook_mlp_out"], docs).stop_at_layer == 1
+    assert ActivationStore(model, [HOOK, "blocks.1.hook_mlp_out"], docs).stop_at_layer == 2
 
 
 def test_shuffled_store_is_a_permutation_of_the_same_rows(model: GPT, docs: list[str]) -> None:

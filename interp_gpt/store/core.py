@@ -1,8 +1,9 @@
 """`ActivationStore`: text -> tokens -> activations at chosen hooks -> mixed batches or shards.
 
 The forward pass is the model's own `run_with_cache` with `names_filter` set to the hooks and
-`stop_at_layer` just past the last of them, so a store for `blocks.1.hook_resid_pre` of a
-12-layer model runs 2 blocks. Each hook's activation `[batch, pos, ...]` becomes rows
+`stop_at_layer` just past the last of them, so a store for `blocks.3.attn.hook_z` of a 12-layer
+model runs 4 blocks, and one for `blocks.3.hook_resid_pre` 3 (that stream is what the forward
+returns when it stops at layer 3; sae-lens runs one block more). Each hook's activation `[batch, pos, ...]` becomes rows
 `[batch * pos, d_in]` (per-head hooks such as `hook_z` are flattened, as sae-lens does).
 
     >>> store = ActivationStore(model, "blocks.1.hook_resid_pre", "data/corpus", context_size=128)
@@ -144,13 +145,14 @@ class ActivationStore:
 
     # ----- the forward pass ------------------------------------------------
     def _stop_layer(self) -> int | None:
-        """The first layer no hook needs: blocks.L.* needs L blocks + 1; embeddings need none;
-        ln_final / unembed need them all (None: run to the end, return_type=None)."""
+        """The first layer no hook needs: blocks.L.* needs L + 1 blocks, except blocks.L.hook_resid_pre,
+        which is what `stop_at_layer=L` returns (so it needs L); embeddings need none; ln_final /
+        unembed need them all (None: run to the end, return_type=None)."""
         stop = 0
         for name in self.hooks:
-            m = re.match(r"blocks\.(\d+)\.", name)
+            m = re.match(r"blocks\.(\d+)\.(hook_resid_pre$)?", name)
             if m:
-                stop = max(stop, int(m.group(1)) + 1)
+                stop = max(stop, int(m.group(1)) + (0 if m.group(2) else 1))
             elif not name.startswith(("hook_embed", "hook_pos_embed", "hook_tokens")):
                 return None
         return stop
@@ -158,18 +160,28 @@ class ActivationStore:
     def activations(self, tokens: Tensor) -> dict[str, Tensor]:
         """Each hook's activation on `tokens` `[batch, pos]` as rows `[batch * pos, d_in]`.
 
+        `run_with_cache` with `names_filter` (the hooks) and `stop_at_layer`; `blocks.S.hook_resid_pre`
+        at the stop layer S is the forward's own output (the residual stream entering S), so a store
+        of resid_pre alone is one plain forward through the first S blocks.
+
         Example:
             >>> store.activations(torch.tensor([[2047, 5, 6]]))["blocks.1.hook_resid_pre"].shape
             torch.Size([3, 128])
         """
         tokens = tokens.to(self.model.W_E.device)
-        kwargs: dict[str, Any] = {"return_type": None}
-        if self.stop_at_layer is not None:
-            kwargs = {"stop_at_layer": self.stop_at_layer}
+        stop = self.stop_at_layer
+        at_stop = f"blocks.{stop}.hook_resid_pre"
+        cached = [h for h in self.hooks if h != at_stop]
+        n = tokens.shape[0] * tokens.shape[1]
         with torch.inference_mode():
-            _, cache = self.model.run_with_cache(tokens, names_filter=self.hooks, **kwargs)
-            n = tokens.shape[0] * tokens.shape[1]
-            return {name: cache[name].reshape(n, -1).to(device=self.device, dtype=self.dtype) for name in self.hooks}
+            if not cached:
+                acts = {at_stop: self.model(tokens, stop_at_layer=stop)}
+            elif stop is None:
+                acts = dict(self.model.run_with_cache(tokens, names_filter=cached, return_type=None)[1].items())
+            else:
+                resid, cache = self.model.run_with_cache(tokens, names_filter=cached, stop_at_layer=stop)
+                acts = {**dict(cache.items()), at_stop: resid}
+            return {name: acts[name].reshape(n, -1).to(device=self.device, dtype=self.dtype) for name in self.hooks}
 
     def _widths(self) -> dict[str, int]:
         probe = torch.full((1, 2), int(self.model.tokenizer.bos_token_id), dtype=torch.long)

@@ -22,16 +22,19 @@ from __future__ import annotations
 
 import hashlib
 import os
+import queue
 import re
+import threading
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 from torch import Tensor
 
 __all__ = ["TokenWindows", "describe_data"]
 
+T = TypeVar("T")
 CHUNK_CHARS = 1 << 16
 PIECES = 8  # pieces per chunk, encoded in one call
 _SAFE_CUT = re.compile(r"(?<=\S\n)(?=\n\S)")
@@ -114,11 +117,11 @@ class TokenWindows:
         self.tokenizer, self.data, self.context_size, self.prepend_bos = tokenizer, data, context_size, prepend_bos
         self.bos = int(tokenizer.bos_token_id)
         _sources(data)  # refuse a missing path or a wrong type now, not at the first batch
-        self._sha = hashlib.sha256()
+        self._digest = hashlib.sha256().hexdigest()
 
     @property
     def digest(self) -> str:
-        return self._sha.hexdigest()
+        return self._digest
 
     def _encode(self, pieces: list[str]) -> list[list[int]]:
         """Each piece's token ids. A `tokenizers` backend without an alphabet to check (GPT-2's BPE, the
@@ -129,30 +132,34 @@ class TokenWindows:
             return [e.ids for e in backend.encode_batch_fast(pieces, add_special_tokens=False)]
         return [self.tokenizer.encode(p) for p in pieces]
 
-    def _stream(self) -> Iterator[list[int]]:
-        """Token ids in pieces: each document's chunks, a BOS between documents."""
+    def _stream(self) -> Iterator[tuple[list[int], str]]:
+        """Token ids in pieces (each document's chunks, a BOS between documents), each with the sha256
+        of the text read up to it."""
+        sha = hashlib.sha256()
         first = True
         for doc in _documents(self.data):
-            self._sha.update(b"\x00document\x00")
+            sha.update(b"\x00document\x00")
             started = False
             for pieces in doc:
                 for p in pieces:
-                    self._sha.update(p.encode("utf-8"))
+                    sha.update(p.encode("utf-8"))
+                digest = sha.hexdigest()
                 for ids in self._encode(pieces):
                     if not ids:
                         continue
                     if not started and not first:
-                        yield [self.bos]
+                        yield [self.bos], digest
                     started, first = True, False
-                    yield ids
+                    yield ids, digest
 
     def __iter__(self) -> Iterator[Tensor]:
-        self._sha = hashlib.sha256()
+        self._digest = hashlib.sha256().hexdigest()
         body = self.context_size - 1 if self.prepend_bos else self.context_size
         bos = torch.tensor([self.bos])
         pending = torch.empty(0, dtype=torch.long)
         at = 0  # the next unused token of `pending`
-        for piece in self._stream():
+        for piece, digest in _prefetch(self._stream()):
+            self._digest = digest
             pending = torch.cat([pending[at:], torch.tensor(piece, dtype=torch.long)])
             at, n = 0, len(pending)
             while True:
@@ -163,3 +170,41 @@ class TokenWindows:
                 ids = pending[at : at + body]
                 at += body
                 yield torch.cat([bos, ids]) if self.prepend_bos else ids.clone()
+
+
+_END = object()
+
+
+def _prefetch(items: Iterator[T], depth: int = 2) -> Iterator[T]:
+    """`items`, made by a thread that keeps up to `depth` ahead: reading and tokenizing (which let go of
+    the GIL) overlap the forward passes. Its errors are raised here; stopping early stops it."""
+    q: queue.Queue[Any] = queue.Queue(maxsize=depth)
+    stop = threading.Event()
+
+    def put(item: Any) -> bool:
+        while not stop.is_set():
+            try:
+                q.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def produce() -> None:
+        try:
+            for item in items:
+                if not put(item):
+                    return
+            put(_END)
+        except BaseException as e:  # handed to the consumer, raised there
+            put(e)
+
+    thread = threading.Thread(target=produce, name="store-tokenizer", daemon=True)
+    thread.start()
+    try:
+        while (item := q.get()) is not _END:
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+    finally:
+        stop.set()
