@@ -29,6 +29,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -132,7 +133,7 @@ class TokenWindows:
             return [e.ids for e in backend.encode_batch_fast(pieces, add_special_tokens=False)]
         return [self.tokenizer.encode(p) for p in pieces]
 
-    def _stream(self) -> Iterator[tuple[list[int], str]]:
+    def _stream(self) -> Iterator[tuple[Tensor, str]]:
         """Token ids in pieces (each document's chunks, a BOS between documents), each with the sha256
         of the text read up to it."""
         sha = hashlib.sha256()
@@ -148,9 +149,9 @@ class TokenWindows:
                     if not ids:
                         continue
                     if not started and not first:
-                        yield [self.bos], digest
+                        yield torch.tensor([self.bos]), digest
                     started, first = True, False
-                    yield ids, digest
+                    yield torch.from_numpy(np.array(ids, dtype=np.int64)), digest  # 10x torch.tensor(list)
 
     def __iter__(self) -> Iterator[Tensor]:
         self._digest = hashlib.sha256().hexdigest()
@@ -160,7 +161,7 @@ class TokenWindows:
         at = 0  # the next unused token of `pending`
         for piece, digest in _prefetch(self._stream()):
             self._digest = digest
-            pending = torch.cat([pending[at:], torch.tensor(piece, dtype=torch.long)])
+            pending = torch.cat([pending[at:], piece])
             at, n = 0, len(pending)
             while True:
                 if self.prepend_bos and at < n and int(pending[at]) == self.bos:
