@@ -346,3 +346,26 @@ def test_resuming_with_other_text_is_refused(model: GPT, corpus_file: Path, tmp_
     other.write_text(corpus_file.read_text().replace("the", "teh"))
     with pytest.raises(ValueError, match="data: the text differs"):
         _store(model, other).harvest(tmp_path / "a", 900, 160, progress=False)
+
+
+def test_ranks_of_the_in_memory_store_split_the_windows(model: GPT, docs: list[str]) -> None:
+    kw: dict = dict(context_size=32, batch_size=2, out_batch_size=32, shuffle=False)
+    whole = torch.cat(list(ActivationStore(model, HOOK, docs, **kw))).view(-1, 32, 128)  # [window, pos, d]
+    parts = [torch.cat(list(ActivationStore(model, HOOK, docs, rank=r, world_size=2, **kw))) for r in (0, 1)]
+    assert torch.equal(parts[0].view(-1, 32, 128), whole[0::2]) and torch.equal(parts[1].view(-1, 32, 128), whole[1::2])
+    with pytest.raises(ValueError, match="rank=2 is out of range"):
+        ActivationStore(model, HOOK, docs, rank=2, world_size=2)
+
+
+def test_the_readme_example_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    body = readme.split("\n## Activation store\n", 1)[1].split("\n## ", 1)[0]
+    code = body.split("```python\n", 1)[1].split("```", 1)[0]
+    (tmp_path / "data").symlink_to(ROOT / "data")
+    monkeypatch.chdir(tmp_path)
+    namespace: dict = {}
+    exec(compile(code, "README.md (Activation store)", "exec"), namespace)
+    assert namespace["x"].shape == (1024, 128)
+    assert namespace["manifest"]["n_tokens"] == 8192 and len(namespace["manifest"]["shards"]) == 2
+    assert namespace["acts"][HOOK].shape == (8192, 128)
+    assert torch.equal(namespace["acts"]["token_index"], torch.arange(8192))
