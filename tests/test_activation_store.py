@@ -90,6 +90,13 @@ def test_windows_follow_the_documented_layout(model: GPT, docs: list[str]) -> No
     want = expected_windows(model, docs, 32)
     assert got.shape == want.shape and torch.equal(got, want)
     assert (got[:, 0] == model.tokenizer.bos_token_id).all()
+    # A document of exactly 31 tokens fills window 0; the separator BOS after it is window 1's own BOS.
+    text_ = docs[0]
+    doc0 = next(text_[:i] for i in range(1, len(text_)) if len(model.tokenizer.encode(text_[:i])) == 31)
+    got = torch.stack(list(text.TokenWindows(model.tokenizer, [doc0, docs[1]], 32)))
+    bos = model.tokenizer.bos_token_id
+    assert got[0].tolist() == [bos] + model.tokenizer.encode(doc0)
+    assert got[1].tolist() == [bos] + model.tokenizer.encode(docs[1])[:31]
     no_bos = torch.stack(list(text.TokenWindows(model.tokenizer, docs[:1], 16, prepend_bos=False)))
     assert torch.equal(no_bos.flatten(), torch.tensor(model.tokenizer.encode(docs[0])[: no_bos.numel()]))
 
