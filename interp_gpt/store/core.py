@@ -67,9 +67,10 @@ class ActivationStore:
             torch.distributed when it is initialised, else the whole data).
 
     Example:
-        >>> store = ActivationStore(model, "blocks.1.hook_resid_pre", ["some text", "more text"], context_size=8)
-        >>> store.next_batch().shape
-        torch.Size([...,  128])
+        >>> store = ActivationStore(model, "blocks.1.hook_resid_pre", ["some text " * 100], context_size=8,
+        ...                         out_batch_size=64)
+        >>> store.next_batch().shape        # tiny-gpt2: d_model 128
+        torch.Size([64, 128])
     """
 
     def __init__(
