@@ -256,9 +256,10 @@ def test_harvest_killed_by_sigkill_resumes_to_the_same_bytes(model: GPT, corpus_
     left = json.loads((tmp_path / "cut" / "progress-r000.json").read_text())
     done = [s["index"] for s in left["shards"]]  # shard 3 was half made; 2 may still have been on its way to disk
     assert done in ([0, 1], [0, 1, 2]) and not (tmp_path / "cut" / "manifest.json").exists()
+    (tmp_path / "cut" / ".progress-r000.json.x1y2.tmp").write_text("{")  # as a kill mid-write leaves it
     _store(model, corpus_file).harvest(tmp_path / "cut", 900, 160, progress=False)
     _store(model, corpus_file).harvest(tmp_path / "whole", 900, 160, progress=False)
-    assert _files(tmp_path / "cut") == _files(tmp_path / "whole")
+    assert _files(tmp_path / "cut") == _files(tmp_path / "whole")  # temporaries gone too
 
 
 def test_two_process_torchrun_harvest_equals_one_process(model: GPT, corpus_file: Path, tmp_path: Path) -> None:

@@ -208,7 +208,10 @@ def harvest(
     if done_manifest is not None:
         return done_manifest
     out.mkdir(parents=True, exist_ok=True)
-    for stale in out.glob(f".shard-r{rank:03d}-*.tmp"):  # left by a killed writer
+    leftovers = [f".shard-r{rank:03d}-*.tmp", f".progress-r{rank:03d}.json.*.tmp"] + (
+        [".manifest.json.*.tmp"] * (rank == 0)
+    )
+    for stale in [p for pattern in leftovers for p in out.glob(pattern)]:  # temporaries of a killed harvest
         stale.unlink(missing_ok=True)
     progress_path = out / f"progress-r{rank:03d}.json"
     records: list[dict[str, Any]] = []
