@@ -302,7 +302,7 @@ class Graph:
 
     @staticmethod
     def _unknown(what: str, name: str, known: Sequence[str]) -> str:
-        close = difflib.get_close_matches(name, known, n=3, cutoff=0.6)
+        close = difflib.get_close_matches(name, known, n=3, cutoff=0.5)  # names are short: "mo" -> "m0"
         msg = f"unknown {what} {name!r}"
         if close:
             return msg + f"; did you mean {' or '.join(repr(c) for c in close)}?"
