@@ -7,6 +7,7 @@ Example:
     >>> cache["pattern", 3].shape
 """
 
+from . import circuits  # noqa: F401 (interp_gpt.circuits: the edge graph, edge / path patching, EAP)
 from .cache import ActivationCache
 from .compare import (
     ComparisonReport,

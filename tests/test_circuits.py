@@ -46,6 +46,7 @@ def test_gpt2_small_has_32491_edges_from_the_config_alone():
 
 def _expected_edges(cfg: Config) -> set[str]:
     """Every (sender, receiver input) pair with the sender upstream, enumerated from layers."""
+
     def layer_of(s: str) -> int:
         return -1 if s == "input" else int(s[1:].split(".")[0])
 
@@ -142,7 +143,9 @@ def test_all_edges_give_the_corrupted_run_and_none_the_clean_run():
     model = random_model(FOUR, seed=7)
     clean, corrupted = tokens(FOUR, 8), tokens(FOUR, 9)
     g = Graph(FOUR)
-    out = patch_edges(model, clean, corrupted, [[], g.edge_names, torch.ones(g.n_edges, dtype=torch.bool)], progress=False)
+    out = patch_edges(
+        model, clean, corrupted, [[], g.edge_names, torch.ones(g.n_edges, dtype=torch.bool)], progress=False
+    )
     torch.testing.assert_close(out[0], model(clean), atol=1e-10, rtol=1e-10)
     torch.testing.assert_close(out[1], model(corrupted), atol=1e-10, rtol=1e-10)
     torch.testing.assert_close(out[2], model(corrupted), atol=1e-10, rtol=1e-10)
@@ -261,7 +264,12 @@ def _reference_path_patch(model, clean, corrupted, senders, receivers):  # type:
             hooks += [(f"blocks.{layer}.hook_mlp_out", lambda x, hook: cc[hook.name])]
         kept = {}
         for rl, rh, c in receivers:
-            hooks.append((f"blocks.{rl}.hook_{c}_input", lambda x, hook, key=(rl, rh, c): kept.__setitem__(key, x[:, :, key[1]].clone())))
+            hooks.append(
+                (
+                    f"blocks.{rl}.hook_{c}_input",
+                    lambda x, hook, key=(rl, rh, c): kept.__setitem__(key, x[:, :, key[1]].clone()),
+                )
+            )
         model.run_with_hooks(clean, fwd_hooks=hooks)
 
         def setter(key):  # type: ignore[no-untyped-def]

@@ -68,7 +68,8 @@ def test_eap_ig_with_one_step_is_eap():
     model = random_model(CFG, seed=3)
     clean, corrupted = tokens(5), tokens(6)
     torch.testing.assert_close(
-        eap_ig_scores(model, clean, corrupted, metric, steps=1, progress=False), eap_scores(model, clean, corrupted, metric)
+        eap_ig_scores(model, clean, corrupted, metric, steps=1, progress=False),
+        eap_scores(model, clean, corrupted, metric),
     )
 
 

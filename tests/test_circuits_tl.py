@@ -76,7 +76,9 @@ def test_direct_path_matches_transformer_lens(pair, component):
     want = tl_patching.get_act_patch_direct_path(
         bridge, corrupted, *_caches(bridge, clean, corrupted), metric, 0, 1, component, verbose=False
     )
-    got = get_act_patch_direct_path(ours, corrupted, *_caches(ours, clean, corrupted), metric, 0, 1, component, verbose=False)
+    got = get_act_patch_direct_path(
+        ours, corrupted, *_caches(ours, clean, corrupted), metric, 0, 1, component, verbose=False
+    )
     assert got.shape == want.shape == (2, 4)
     torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
     assert (want[1] - float(metric(ours(corrupted).detach()))).abs().max() > 1e-3  # the patches move the metric
@@ -89,7 +91,9 @@ def test_direct_path_all_sources_matches_transformer_lens(pair):
     want = tl_patching.get_act_patch_direct_path_all_sources(
         bridge, corrupted, *_caches(bridge, clean, corrupted), metric, "k", verbose=False
     )
-    got = get_act_patch_direct_path_all_sources(ours, corrupted, *_caches(ours, clean, corrupted), metric, "k", verbose=False)
+    got = get_act_patch_direct_path_all_sources(
+        ours, corrupted, *_caches(ours, clean, corrupted), metric, "k", verbose=False
+    )
     assert got.shape == want.shape == (2, 4, 2, 4)
     torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
     assert not bridge.cfg.use_split_qkv_input and not ours.cfg.use_split_qkv_input

@@ -42,7 +42,8 @@ def sender_outputs(model: GPT, cache: Any) -> Tensor:
     `sender_hook_names`: the input `embed + pos_embed`, each head's `z @ W_O` (no `b_O`),
     each MLP's output minus `b_out`."""
     outs = [(cache["hook_embed"] + cache["hook_pos_embed"])[:, :, None]]
-    for layer, block in enumerate(model.blocks):
+    blocks: Any = model.blocks
+    for layer, block in enumerate(blocks):
         z = cache[f"blocks.{layer}.attn.hook_z"]  # [batch, pos, n_heads, d_head]
         outs.append(torch.einsum("bphe,hed->bphd", z, block.attn.W_O))
         outs.append((cache[f"blocks.{layer}.hook_mlp_out"] - block.mlp.b_out)[:, :, None])
@@ -109,10 +110,9 @@ def attached(hooks: list[tuple[HookPoint, Callable[..., Any]]]) -> Iterator[None
 
 
 def receiver_hook(model: GPT, layer: int, kind: str) -> HookPoint:
-    block = model.blocks[layer]
-    if kind in QKV:
-        return getattr(block, f"hook_{kind}_input")
-    return block.hook_mlp_in
+    block: Any = model.blocks[layer]
+    hook: HookPoint = getattr(block, f"hook_{kind}_input") if kind in QKV else block.hook_mlp_in
+    return hook
 
 
 SenderValues = Callable[[Tensor], Tensor]  # sender indices [k] -> outputs [batch or 1, pos, k, d_model]
@@ -167,7 +167,7 @@ def patched_logits(
             continue
         pids = at.nonzero().flatten()
         is_head = torch.tensor([graph.sender_head(int(s)) is not None for s in pair_sender[pids]], dtype=torch.bool)
-        block = model.blocks[layer]
+        block: Any = model.blocks[layer]
         head_p, mlp_p = pids[is_head], pids[~is_head]
         if len(head_p):
             heads = torch.tensor([graph.sender_head(int(s)) for s in pair_sender[head_p]])
@@ -197,8 +197,10 @@ def patched_logits(
         """x [E*batch, pos, (n_heads,) d_model] with the differences of edges `idx` added (a new tensor)."""
         x = x.clone()
         per_head = x.ndim == 4
-        xs = x.view(n_copies, n_batch, n_pos, n_heads, d_model).permute(0, 3, 1, 2, 4) if per_head else x.view(
-            n_copies, n_batch, n_pos, d_model
+        xs = (
+            x.view(n_copies, n_batch, n_pos, n_heads, d_model).permute(0, 3, 1, 2, 4)
+            if per_head
+            else x.view(n_copies, n_batch, n_pos, d_model)
         )
         index = (copy[idx].to(dev), heads_of[idx].to(dev)) if per_head else (copy[idx].to(dev),)
         if fixed is not None:  # frozen: start from the base run's value of the receiver input

@@ -115,7 +115,9 @@ class Graph:
         return cls(cfg)
 
     def __repr__(self) -> str:
-        return f"Graph(n_layers={self.n_layers}, n_heads={self.n_heads}, n_nodes={self.n_nodes}, n_edges={self.n_edges})"
+        return (
+            f"Graph(n_layers={self.n_layers}, n_heads={self.n_heads}, n_nodes={self.n_nodes}, n_edges={self.n_edges})"
+        )
 
     # ----- structure ---------------------------------------------------------
     def n_upstream(self, receiver: Receiver) -> int:
@@ -180,7 +182,11 @@ class Graph:
     # ----- names -------------------------------------------------------------
     def edge_name(self, index: int) -> str:
         """`'a0.h1 -> a1.h0<k>'` for an edge index."""
-        if isinstance(index, bool) or not isinstance(index, int) and not (isinstance(index, Tensor) and index.ndim == 0):
+        if (
+            isinstance(index, bool)
+            or not isinstance(index, int)
+            and not (isinstance(index, Tensor) and index.ndim == 0)
+        ):
             raise TypeError(f"edge index must be an int, got {type(index).__name__}")
         i = int(index)
         if not 0 <= i < self.n_edges:
@@ -232,7 +238,9 @@ class Graph:
             raise TypeError(f"edge must be a name such as 'a0.h1 -> a1.h0<k>', got {type(name).__name__}")
         m = _EDGE_RE.match(name)
         if m is None:
-            raise ValueError(f"edge {name!r}: expected 'sender -> receiver', e.g. 'a0.h1 -> a1.h0<k>' or 'm3 -> logits'")
+            raise ValueError(
+                f"edge {name!r}: expected 'sender -> receiver', e.g. 'a0.h1 -> a1.h0<k>' or 'm3 -> logits'"
+            )
         s = self.sender_index(m.group(1))
         r = self.receiver_index(m.group(2))
         return self.edge(s, r)
@@ -245,8 +253,10 @@ class Graph:
                     raise ValueError(f"edge mask has shape {tuple(edges.shape)}, expected [{self.n_edges}] (n_edges)")
                 return edges.nonzero().flatten().cpu()
             if edges.is_floating_point() or edges.ndim > 1:
-                raise TypeError(f"edges: expected a bool mask [n_edges] or integer indices [k], got {edges.dtype} "
-                                f"of shape {tuple(edges.shape)}")
+                raise TypeError(
+                    f"edges: expected a bool mask [n_edges] or integer indices [k], got {edges.dtype} "
+                    f"of shape {tuple(edges.shape)}"
+                )
             idx = edges.flatten().cpu().long()
         else:
             if isinstance(edges, (str, int)):

@@ -65,7 +65,9 @@ def prepare(
         else:
             n = ref.senders.shape[0]
             if n < 2:
-                raise ValueError(f"{caller}: resample ablation needs at least 2 prompts to draw from, got a batch of {n}")
+                raise ValueError(
+                    f"{caller}: resample ablation needs at least 2 prompts to draw from, got a batch of {n}"
+                )
             gen = torch.Generator().manual_seed(check_int_in_range(seed, "seed", 0, None))
             # A permutation with no fixed point: every prompt takes another prompt's outputs.
             perm = (torch.arange(n) + torch.randint(1, n, (1,), generator=gen)) % n
@@ -163,7 +165,14 @@ def run_edge_sets(
                 for chunk in chunks(n_pairs, n_batch * n_pos, model.cfg.d_model, max_copies):
                     ids = [group[k] for k in chunk]
                     logits = patched_logits(
-                        model, graph, base, other_of, base_of, [sets[c] for c in ids], frozen=frozen, from_tokens=bool(hooked)
+                        model,
+                        graph,
+                        base,
+                        other_of,
+                        base_of,
+                        [sets[c] for c in ids],
+                        frozen=frozen,
+                        from_tokens=bool(hooked),
                     )
                     for k, c in enumerate(ids):
                         rows = logits[k * n_batch : (k + 1) * n_batch]
@@ -253,7 +262,9 @@ def _receiver(graph: Graph, item: Any) -> int:
         if item[2] not in QKV:
             raise ValueError(f"receivers: {item!r}: the input must be 'q', 'k' or 'v', got {item[2]!r}")
         return graph.head_receiver(layer, head, item[2])
-    raise TypeError(f"receivers: expected (layer, head, 'q'|'k'|'v') or a name ('a1.h0<q>', 'm3', 'logits'), got {item!r}")
+    raise TypeError(
+        f"receivers: expected (layer, head, 'q'|'k'|'v') or a name ('a1.h0<q>', 'm3', 'logits'), got {item!r}"
+    )
 
 
 def path_patch(
@@ -331,7 +342,8 @@ def _head_writes(model: GPT, graph: Graph, cache: Any, arg: str) -> SenderValues
                 z = cache[name]
             except KeyError as e:
                 raise KeyError(f"{arg} has no {name!r}: cache the clean and corrupted runs' hook_z") from e
-            outs.append(z[:, :, head].to(model.W_E.device) @ model.blocks[layer].attn.W_O[head])
+            block: Any = model.blocks[layer]
+            outs.append(z[:, :, head].to(model.W_E.device) @ block.attn.W_O[head])
         return torch.stack(outs, dim=2)
 
     return of
@@ -405,7 +417,14 @@ def get_act_patch_direct_path(
     sl = check_int_in_range(src_layer, "src_layer", 0, n_layers - 1, "layers")
     sh = check_int_in_range(src_head, "src_head", 0, n_heads - 1, "heads")
     out = _direct_path(
-        model, corrupted_tokens, clean_cache, corrupted_cache, patching_metric, [(sl, sh)], component, verbose,
+        model,
+        corrupted_tokens,
+        clean_cache,
+        corrupted_cache,
+        patching_metric,
+        [(sl, sh)],
+        component,
+        verbose,
         "get_act_patch_direct_path",
     )
     return out[sl, sh]
@@ -432,6 +451,13 @@ def get_act_patch_direct_path_all_sources(
     cfg = check_model(model).cfg
     sources = [(sl, sh) for sl in range(cfg.n_layers) for sh in range(cfg.n_heads)]
     return _direct_path(
-        model, corrupted_tokens, clean_cache, corrupted_cache, patching_metric, sources, component, verbose,
+        model,
+        corrupted_tokens,
+        clean_cache,
+        corrupted_cache,
+        patching_metric,
+        sources,
+        component,
+        verbose,
         "get_act_patch_direct_path_all_sources",
     )

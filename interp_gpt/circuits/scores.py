@@ -51,7 +51,9 @@ def scalar_metric(metric: Metric, logits: Tensor) -> Tensor:
     return value.reshape(())
 
 
-def eap_scores(model: GPT, clean_tokens: Any, corrupted_tokens: Any, metric: Metric, *, progress: bool = False) -> Tensor:
+def eap_scores(
+    model: GPT, clean_tokens: Any, corrupted_tokens: Any, metric: Metric, *, progress: bool = False
+) -> Tensor:
     """Edge attribution patching: every edge's `(corrupted_s - clean_s) . d metric / d receiver input`,
     summed over batch and positions, from two forwards and one backward.
 
@@ -156,7 +158,9 @@ def _accumulate(
     with torch.enable_grad(), attached(hooks), flags(model, split=True, mlp_in=True):
         x = inputs.detach().requires_grad_(True)
         logits = model(x, start_at_layer=0)
-        total = sum(scalar_metric(metric, logits[i * n_batch : (i + 1) * n_batch]) for i in range(n_copies))
+        total = torch.stack(
+            [scalar_metric(metric, logits[i * n_batch : (i + 1) * n_batch]) for i in range(n_copies)]
+        ).sum()
         keys = list(kept)
         grads = torch.autograd.grad(total, [kept[k] for k in keys], allow_unused=True)
     with torch.no_grad():
@@ -207,10 +211,17 @@ def exact_edge_scores(
     idx = torch.arange(graph.n_edges) if edges is None else torch.unique(graph.edge_indices(edges))
     sets = edge_sets_of(graph, [int(i) for i in idx])
     values = run_edge_sets(
-        model, graph, base, other_of, _base_of(base), sets, metric, batch_size=batch_size, progress=progress,
+        model,
+        graph,
+        base,
+        other_of,
+        _base_of(base),
+        sets,
+        metric,
+        batch_size=batch_size,
+        progress=progress,
         desc="exact edge scores",
     )
     out = torch.full((graph.n_edges,), float("nan"), device=values.device)
     out[idx.to(values.device)] = values - metric_value(metric, base.logits)
     return out
-
