@@ -325,3 +325,24 @@ def test_bad_inputs_say_what_was_expected():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         patch_edges(model, clean, tokens(TWO, 2), [["m0 -> logits"]], progress=False)  # no warning without user hooks
+
+
+def test_logit_positions_unembed_only_what_the_metric_reads():
+    model = random_model(FOUR, seed=6)
+    clean, corrupted = tokens(FOUR, 1), tokens(FOUR, 2)
+    g = Graph(FOUR)
+    sets = [[e] for e in g.edge_names[::41]] + [g.edge_names[::2]]
+
+    def last(logits: torch.Tensor) -> torch.Tensor:
+        return logits[:, -1, 3].mean() - logits[:, -1, 5].mean()
+
+    full = patch_edges(model, clean, corrupted, sets, progress=False)
+    fast = patch_edges(model, clean, corrupted, sets, logit_positions=-1, progress=False)
+    torch.testing.assert_close(fast[:, :, -1], full[:, :, -1], atol=1e-10, rtol=1e-10)
+    clean_logits = model(clean).detach()
+    torch.testing.assert_close(fast[:, :, :-1], clean_logits[None, :, :-1].expand_as(fast[:, :, :-1]))
+    assert (full[:, :, :-1] - clean_logits[:, :-1]).abs().max() > 1e-3  # so the check above can fail
+    a = patch_edges(model, clean, corrupted, sets, last, logit_positions=[-1], progress=False)
+    torch.testing.assert_close(a, torch.stack([last(x) for x in full]).float(), atol=1e-6, rtol=1e-6)
+    with pytest.raises(ValueError, match="logit_positions=6 is out of range"):
+        patch_edges(model, clean, corrupted, sets, last, logit_positions=[6], progress=False)

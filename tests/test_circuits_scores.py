@@ -97,7 +97,7 @@ def test_metric_that_is_not_a_scalar_is_refused():
     with pytest.raises(ValueError, match=r"metric returned a tensor of shape \(3,\)"):
         eap_scores(model, tokens(1), tokens(2), lambda lg: lg[:, -1, 0])
     with pytest.raises(TypeError, match="no .item"):
-        eap_scores(model, tokens(1), tokens(2), lambda lg: float(lg[:, -1, 0].mean()))
+        eap_scores(model, tokens(1), tokens(2), lambda lg: lg[:, -1, 0].mean().item())
     with pytest.raises(ValueError, match="corrupted_tokens has shape"):
         eap_ig_scores(model, tokens(1), tokens(2, (3, 5)), metric, steps=2)
     with pytest.raises(ValueError, match="steps=0 is out of range"):
@@ -135,3 +135,23 @@ def test_tiny_gpt2_induction_edges_stand_out():
             rank = int((among > scores[e].abs()).sum())
             assert rank < 0.1 * int(head_to_head.sum()), (g.edge_name(e), rank)  # top 10% of 48 head-to-head edges
             assert float(scores[e]) < 0  # patching it in hurts the prediction
+
+
+def test_readme_circuits_example_runs_and_means_what_it_says():
+    import re
+
+    text = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    body = text.split("\n## Circuits\n", 1)[1].split("\n## ", 1)[0]
+    namespace: dict = {}
+    exec(compile(re.findall(r"```python\n(.*?)```", body, flags=re.S)[0], "README.md (Circuits)", "exec"), namespace)
+    graph = namespace["graph"]
+    assert graph.n_edges == 110
+    for name in ("eap", "eap_ig", "exact"):
+        assert namespace[name].shape == (110,)
+    assert namespace["values"].shape == (2,) and namespace["by_sender"].shape == (4,)
+    # a0.h0 (previous-token head) -> the induction heads' keys: patching both hurts more than one
+    assert (
+        namespace["values"][1]
+        < namespace["values"][0]
+        < float(namespace["metric"](namespace["model"](namespace["clean"])))
+    )

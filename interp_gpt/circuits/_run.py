@@ -127,12 +127,14 @@ def patched_logits(
     edge_sets: list[Tensor],
     frozen: bool = False,
     from_tokens: bool = False,
+    logit_positions: list[int] | None = None,
 ) -> Tensor:
     """Logits `[E*batch, pos, d_vocab]` of E patched copies of `base`, copy e with the edges
     `edge_sets[e]` patched: each patched edge s -> r adds `other_of(s) - (s's output in this copy)`
     to r's input. With `frozen` (path patching), r's input is instead set to its value in the base
     run plus `other_of(s) - base_of(s)` over its patched edges. `from_tokens`: run the whole model
-    from the tokens in one piece (a user's hooks then see one ordinary forward per copy)."""
+    from the tokens in one piece (a user's hooks then see one ordinary forward per copy).
+    `logit_positions`: unembed only these positions; the others keep the base run's logits."""
     n, n_heads = graph.n_layers, graph.n_heads
     n_copies = len(edge_sets)
     n_batch, n_pos = base.tokens.shape
@@ -244,7 +246,13 @@ def patched_logits(
                 layer = end
         if logits_idx is not None:
             resid = add_into(resid, logits_idx, base.resid[n][None] if frozen else None)
-        return model(resid, start_at_layer=n)
+        if logit_positions is None:
+            return model(resid, start_at_layer=n)
+        # Only the positions the metric reads go through ln_final and the unembedding (a third
+        # of GPT-2's compute on short prompts); LayerNorm and the unembedding act per position.
+        logits = base.logits.repeat(n_copies, 1, 1)
+        logits[:, logit_positions] = model(resid[:, logit_positions], start_at_layer=n)
+        return logits
 
 
 def chunks(n_pairs: list[int], rows_per_copy: int, d_model: int, max_copies: int) -> list[list[int]]:

@@ -23,7 +23,7 @@ import torch
 from torch import Tensor
 from tqdm.auto import tqdm  # type: ignore[import-untyped]
 
-from ..checks import check_int_in_range, check_shape
+from ..checks import check_index, check_int_in_range, check_shape
 from ..model import GPT
 from ..patching.generic import DEFAULT_ROWS_PER_FORWARD, as_tokens, check_model, metric_value, user_hooked_points
 from ..patching.generic import warn_unbatched as _warn_unbatched
@@ -118,6 +118,16 @@ def edge_sets_of(graph: Graph, edge_sets: Any) -> list[Tensor]:
     return [torch.unique(graph.edge_indices(s)) for s in edge_sets]
 
 
+def check_positions(logit_positions: Any, n_pos: int) -> list[int] | None:
+    """`logit_positions` (None, an int or a list of ints) as sorted positions 0..n_pos-1."""
+    if logit_positions is None:
+        return None
+    items = [logit_positions] if isinstance(logit_positions, int) else logit_positions
+    if isinstance(items, (str, bytes)) or not isinstance(items, Sequence) or not items:
+        raise TypeError(f"logit_positions must be None, a position or a list of positions, got {logit_positions!r}")
+    return sorted({check_index(p, n_pos, "logit_positions", "positions") for p in items})
+
+
 def _start(graph: Graph, edges: Tensor) -> int:
     if not len(edges):
         return graph.n_layers
@@ -137,6 +147,7 @@ def run_edge_sets(
     batch_size: int | None = None,
     progress: bool = True,
     desc: str = "patching edges",
+    logit_positions: Any = None,
 ) -> Tensor:
     """Metric `[n_sets]` (or logits `[n_sets, batch, pos, d_vocab]` with no metric) of one patched
     run per edge set, batched (see `patched_logits`). While the user's own forward hooks are
@@ -144,6 +155,7 @@ def run_edge_sets(
     if batch_size is not None:
         check_int_in_range(batch_size, "batch_size", 1, None, "edge sets per forward")
     n_batch, n_pos = base.tokens.shape
+    positions = check_positions(logit_positions, n_pos)
     hooked = user_hooked_points(model)
     if hooked:
         _warn_unbatched(hooked)
@@ -173,6 +185,7 @@ def run_edge_sets(
                         [sets[c] for c in ids],
                         frozen=frozen,
                         from_tokens=bool(hooked),
+                        logit_positions=positions,
                     )
                     for k, c in enumerate(ids):
                         rows = logits[k * n_batch : (k + 1) * n_batch]
@@ -204,6 +217,7 @@ def patch_edges(
     reference: Any = None,
     seed: int = 0,
     batch_size: int | None = None,
+    logit_positions: Any = None,
     progress: bool = True,
 ) -> Tensor:
     """Run the clean input with each edge set patched (exactly; see the module's docs), many sets
@@ -220,6 +234,9 @@ def patch_edges(
         reference: tokens whose run gives the "mean" / "resample" values (default the clean ones).
         seed: the resample permutation's seed.
         batch_size: edge sets per forward (default: about 4096 token rows).
+        logit_positions: the positions the metric reads (e.g. -1); only those are unembedded,
+            the others hold the clean run's logits. A speed-up: the unembedding is about a
+            third of GPT-2's compute on short prompts. Default: every position.
 
     Returns:
         float32 `[n_sets]` metric values, or the logits `[n_sets, batch, pos, d_vocab]`.
@@ -232,7 +249,16 @@ def patch_edges(
     model, graph, base, other_of, _ = prepare(model, clean_tokens, corrupted_tokens, reference, seed)
     sets = edge_sets_of(graph, edge_sets)
     return run_edge_sets(
-        model, graph, base, other_of, _base_of(base), sets, metric, batch_size=batch_size, progress=progress
+        model,
+        graph,
+        base,
+        other_of,
+        _base_of(base),
+        sets,
+        metric,
+        batch_size=batch_size,
+        progress=progress,
+        logit_positions=logit_positions,
     )
 
 
@@ -276,6 +302,7 @@ def path_patch(
     metric: Metric | None = None,
     *,
     batch_size: int | None = None,
+    logit_positions: Any = None,
     progress: bool = True,
 ) -> Tensor:
     """Path patching as in the IOI paper, one patched run per sender (or sender group), batched.
@@ -290,6 +317,7 @@ def path_patch(
             of them (a group patched together).
         receivers: `(layer, head, 'q'|'k'|'v')` tuples or receiver names (`'a9.h9<q>'`, `'m10'`, `'logits'`).
         corrupted_tokens: tokens of the clean ones' shape, or an ablation ("zero", "mean", "resample").
+        logit_positions: the positions the metric reads (see `patch_edges`).
 
     Returns:
         float32 `[len(senders)]` metric values (logits `[len(senders), batch, pos, d_vocab]` with no metric).
@@ -322,6 +350,7 @@ def path_patch(
         batch_size=batch_size,
         progress=progress,
         desc="path patching",
+        logit_positions=logit_positions,
     )
 
 

@@ -190,6 +190,7 @@ def exact_edge_scores(
     edges: Any = None,
     *,
     batch_size: int | None = None,
+    logit_positions: Any = None,
     progress: bool = True,
 ) -> Tensor:
     """The exact effect of patching each edge alone: `metric(edge patched) - metric(clean)`, batched.
@@ -198,6 +199,7 @@ def exact_edge_scores(
     Args:
         edges: edge names, indices or a mask (default all); scores of the others are NaN.
         corrupted_tokens: tokens or an ablation ("zero", "mean", "resample").
+        logit_positions: the positions the metric reads (see `patch_edges`): faster.
 
     Returns:
         float32 `[n_edges]` in `Graph(model.cfg)`'s edge order.
@@ -221,6 +223,7 @@ def exact_edge_scores(
         batch_size=batch_size,
         progress=progress,
         desc="exact edge scores",
+        logit_positions=logit_positions,
     )
     out = torch.full((graph.n_edges,), float("nan"), device=values.device)
     out[idx.to(values.device)] = values - metric_value(metric, base.logits)
