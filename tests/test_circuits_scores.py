@@ -155,3 +155,21 @@ def test_readme_circuits_example_runs_and_means_what_it_says():
         < namespace["values"][0]
         < float(namespace["metric"](namespace["model"](namespace["clean"])))
     )
+
+
+def test_logit_difference_metrics_from_interp_gpt_metrics_work_as_they_are():
+    import functools
+
+    from interp_gpt.circuits import patch_edges
+    from interp_gpt.metrics import logit_diff, normalized_logit_diff
+
+    model = random_model(CFG, seed=5)
+    clean, corrupted = tokens(9), tokens(10)
+    answers = torch.tensor([[3, 5], [7, 2], [1, 4]])
+    ld = functools.partial(logit_diff, answer_tokens=answers)
+    scores = eap_scores(model, clean, corrupted, ld)
+    assert torch.isfinite(scores).all() and scores.abs().max() > 0
+    norm = normalized_logit_diff(answers, model(clean).detach(), model(corrupted).detach())
+    g = Graph(CFG)
+    out = patch_edges(model, clean, corrupted, [[], g.edge_names], norm, progress=False)
+    torch.testing.assert_close(out, torch.tensor([1.0, 0.0]), atol=1e-5, rtol=0)  # clean 1, corrupted 0

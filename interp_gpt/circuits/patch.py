@@ -70,8 +70,7 @@ def prepare(
                 )
             gen = torch.Generator().manual_seed(check_int_in_range(seed, "seed", 0, None))
             # A permutation with no fixed point: every prompt takes another prompt's outputs.
-            perm = (torch.arange(n) + torch.randint(1, n, (1,), generator=gen)) % n
-            perm = perm[torch.randperm(n, generator=gen)] if n > 2 else perm
+            perm = torch.randperm(n, generator=gen)
             while bool((perm == torch.arange(n)).any()):
                 perm = torch.randperm(n, generator=gen)
             other = ref.senders[perm.to(ref.senders.device)]
