@@ -30,6 +30,7 @@ Example:
 from __future__ import annotations
 
 import difflib
+import operator
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -267,8 +268,8 @@ class Graph:
             for e in edges:
                 if isinstance(e, str):
                     out.append(self.edge_index(e))
-                elif isinstance(e, int) and not isinstance(e, bool):
-                    out.append(e)
+                elif not isinstance(e, bool) and hasattr(e, "__index__"):  # an int, a numpy int, a 0-d tensor
+                    out.append(operator.index(e))
                 else:
                     raise TypeError(f"edges: expected an edge name or index, got {e!r}")
             idx = torch.tensor(out, dtype=torch.long)
