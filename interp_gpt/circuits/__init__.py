@@ -1,0 +1,43 @@
+"""Circuits: the model's edge graph, exact edge and path patching, and edge scores (EAP, EAP-IG).
+
+The graph (`graph.py`) has the nodes circuit-finding tools count (the input, every head, every
+MLP, the logits) and an edge from each sender to each downstream receiver input (a head's q, k or
+v input, an MLP, the logits): 32,491 edges for GPT-2 small. Edge methods return `[n_edges]`
+tensors in the graph's edge order, so scores, masks and circuits line up.
+
+The modules, by job: `graph.py` (nodes, edges, names), `_run.py` (the batched edge-patched forward
+on the model's own hook points), `patch.py` (`patch_edges`, `path_patch`, transformer-lens 4.3's
+`get_act_patch_direct_path*`), `scores.py` (`eap_scores`, `eap_ig_scores`, `exact_edge_scores`).
+
+Example:
+    >>> from interp_gpt.circuits import Graph, eap_scores, patch_edges
+    >>> g = Graph.from_model(model)
+    >>> scores = eap_scores(model, clean_tokens, corrupted_tokens, metric)      # [g.n_edges]
+    >>> g.top_edges(scores, k=5)
+    >>> patch_edges(model, clean_tokens, corrupted_tokens, [["a0.h1 -> a1.h0<k>"]], metric)
+"""
+
+from __future__ import annotations
+
+from .graph import Graph, Receiver
+from .patch import (
+    ABLATIONS,
+    get_act_patch_direct_path,
+    get_act_patch_direct_path_all_sources,
+    patch_edges,
+    path_patch,
+)
+from .scores import eap_ig_scores, eap_scores, exact_edge_scores
+
+__all__ = [
+    "Graph",
+    "Receiver",
+    "ABLATIONS",
+    "patch_edges",
+    "path_patch",
+    "get_act_patch_direct_path",
+    "get_act_patch_direct_path_all_sources",
+    "eap_scores",
+    "eap_ig_scores",
+    "exact_edge_scores",
+]

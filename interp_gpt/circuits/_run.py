@@ -1,0 +1,273 @@
+"""The machinery under the circuit tools: sender outputs, the opt-in hook flags, and the batched
+edge-patched forward. Nothing here copies the model's maths: senders are read at `hook_z`
+(times `W_O`), `hook_mlp_out` (minus `b_out`) and the embeddings; receiver inputs are changed at
+`hook_q_input` / `hook_k_input` / `hook_v_input` (`use_split_qkv_input`), `hook_mlp_in`
+(`use_hook_mlp_in`) and at the final residual stream, before `ln_final`.
+
+A batched forward stacks E copies of the base run along the batch axis (copy e is rows
+`e*B:(e+1)*B`) and starts at the first layer any of its patches reaches (`start_at_layer`), from
+the base run's residual stream; the layers are run in segments so that only layers with a patched
+head input pay for the per-head inputs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from ..hooks import HookPoint
+from ..model import GPT
+from .graph import QKV, Graph
+
+# Floats (over all copies) the per-(copy, sender) differences of one batched forward may hold:
+# 2**26 floats = 256 MB in float32.
+PAIR_FLOATS = 2**26
+
+
+def sender_hook_names(n_layers: int) -> list[str]:
+    """The hook points whose values give every sender's output."""
+    names = ["hook_embed", "hook_pos_embed"]
+    for layer in range(n_layers):
+        names += [f"blocks.{layer}.attn.hook_z", f"blocks.{layer}.hook_mlp_out"]
+    return names
+
+
+def sender_outputs(model: GPT, cache: Any) -> Tensor:
+    """Every sender's output `[batch, pos, n_senders, d_model]` from a cache holding
+    `sender_hook_names`: the input `embed + pos_embed`, each head's `z @ W_O` (no `b_O`),
+    each MLP's output minus `b_out`."""
+    outs = [(cache["hook_embed"] + cache["hook_pos_embed"])[:, :, None]]
+    blocks: Any = model.blocks
+    for layer, block in enumerate(blocks):
+        z = cache[f"blocks.{layer}.attn.hook_z"]  # [batch, pos, n_heads, d_head]
+        outs.append(torch.einsum("bphe,hed->bphd", z, block.attn.W_O))
+        outs.append((cache[f"blocks.{layer}.hook_mlp_out"] - block.mlp.b_out)[:, :, None])
+    return torch.cat(outs, dim=2)
+
+
+@dataclass
+class BaseRun:
+    """One run of the model, kept for patched copies of it."""
+
+    tokens: Tensor  # [batch, pos]
+    logits: Tensor  # [batch, pos, d_vocab]
+    senders: Tensor  # [batch, pos, n_senders, d_model]
+    resid: list[Tensor]  # resid[L]: the residual stream entering layer L; resid[n_layers]: before ln_final
+    resid_mid: list[Tensor]  # [batch, pos, d_model] per layer: the MLP's input
+
+
+def base_run(model: GPT, tokens: Tensor) -> BaseRun:
+    """Run `tokens` once (no grad), keeping what patched copies of this run need."""
+    n = model.cfg.n_layers
+    names = sender_hook_names(n) + [f"blocks.{layer}.hook_resid_pre" for layer in range(n)]
+    names += [f"blocks.{layer}.hook_resid_mid" for layer in range(n)] + [f"blocks.{n - 1}.hook_resid_post"]
+    with torch.no_grad():
+        logits, cache = model.run_with_cache(tokens, names_filter=names)
+    resid = [cache[f"blocks.{layer}.hook_resid_pre"] for layer in range(n)] + [cache[f"blocks.{n - 1}.hook_resid_post"]]
+    return BaseRun(
+        tokens=tokens,
+        logits=logits,
+        senders=sender_outputs(model, cache),
+        resid=resid,
+        resid_mid=[cache[f"blocks.{layer}.hook_resid_mid"] for layer in range(n)],
+    )
+
+
+@contextmanager
+def flags(model: GPT, split: bool | None = None, mlp_in: bool | None = None) -> Iterator[None]:
+    """Set `use_split_qkv_input` / `use_hook_mlp_in` (None: leave as is); the caller's values come back on exit."""
+    saved = (model.cfg.use_split_qkv_input, model.cfg.use_hook_mlp_in)
+    try:
+        if split is not None and split != saved[0]:
+            model.set_use_split_qkv_input(split)
+        if mlp_in is not None and mlp_in != saved[1]:
+            model.set_use_hook_mlp_in(mlp_in)
+        yield
+    finally:
+        if model.cfg.use_split_qkv_input != saved[0]:
+            model.set_use_split_qkv_input(saved[0])
+        if model.cfg.use_hook_mlp_in != saved[1]:
+            model.set_use_hook_mlp_in(saved[1])
+
+
+@contextmanager
+def attached(hooks: list[tuple[HookPoint, Callable[..., Any]]]) -> Iterator[None]:
+    """Attach forward hooks straight to hook points (they fire in this thread only); removed on exit.
+    (Straight to the points, not by name: an opt-in point leaves `hook_dict` while its flag is off.)"""
+    handles = []
+    try:
+        for hp, fn in hooks:
+            handles.append((hp, hp.add_hook(fn, thread_only=True)))
+        yield
+    finally:
+        for hp, h in handles:
+            hp.remove(h)
+
+
+def receiver_hook(model: GPT, layer: int, kind: str) -> HookPoint:
+    block: Any = model.blocks[layer]
+    hook: HookPoint = getattr(block, f"hook_{kind}_input") if kind in QKV else block.hook_mlp_in
+    return hook
+
+
+SenderValues = Callable[[Tensor], Tensor]  # sender indices [k] -> outputs [batch or 1, pos, k, d_model]
+
+
+def patched_logits(
+    model: GPT,
+    graph: Graph,
+    base: BaseRun,
+    other_of: SenderValues,
+    base_of: SenderValues,
+    edge_sets: list[Tensor],
+    frozen: bool = False,
+    from_tokens: bool = False,
+    logit_positions: list[int] | None = None,
+) -> Tensor:
+    """Logits `[E*batch, pos, d_vocab]` of E patched copies of `base`, copy e with the edges
+    `edge_sets[e]` patched: each patched edge s -> r adds `other_of(s) - (s's output in this copy)`
+    to r's input. With `frozen` (path patching), r's input is instead set to its value in the base
+    run plus `other_of(s) - base_of(s)` over its patched edges. `from_tokens`: run the whole model
+    from the tokens in one piece (a user's hooks then see one ordinary forward per copy).
+    `logit_positions`: unembed only these positions; the others keep the base run's logits."""
+    n, n_heads = graph.n_layers, graph.n_heads
+    n_copies = len(edge_sets)
+    n_batch, n_pos = base.tokens.shape
+    d_model = model.cfg.d_model
+    dev = base.resid[0].device
+    copy = torch.cat([torch.full((len(s),), i, dtype=torch.long) for i, s in enumerate(edge_sets)])
+    edges = torch.cat([s.long() for s in edge_sets]) if n_copies else torch.zeros(0, dtype=torch.long)
+    senders = graph.edge_sender[edges]
+    receivers = graph.edge_receiver[edges]
+    rec_layer = torch.tensor([r.layer for r in graph.receivers])[receivers]
+    start = 0 if from_tokens else (int(rec_layer.min()) if len(edges) else n)
+
+    # One difference tensor D per (copy, sender) pair that some patched edge needs.
+    pair_key, pair_of_edge = torch.unique(copy * len(graph.senders) + senders, return_inverse=True)
+    pair_copy, pair_sender = pair_key // len(graph.senders), pair_key % len(graph.senders)
+    sender_layer = torch.tensor([graph.sender_layer(s) for s in range(len(graph.senders))])[pair_sender]
+    diff = base.resid[0].new_empty(len(pair_key), n_batch, n_pos, d_model)  # [pairs, batch, pos, d_model]
+
+    def other(ps: Tensor) -> Tensor:  # [k, batch, pos, d_model]
+        return other_of(ps.to(dev)).expand(n_batch, n_pos, len(ps), d_model).permute(2, 0, 1, 3)
+
+    early = (sender_layer < start) | frozen | (pair_sender == 0)  # senders whose output is the base run's
+    if bool(early.any()):
+        ps = pair_sender[early]
+        diff[early.to(dev)] = other(ps) - base_of(ps.to(dev)).permute(2, 0, 1, 3)
+    hooks: list[tuple[HookPoint, Callable[..., Any]]] = []
+
+    # Live senders (layers >= start): their output in each copy is read as the copy runs.
+    for layer in range(start, n):
+        at = (~early) & (sender_layer == layer)
+        if not bool(at.any()):
+            continue
+        pids = at.nonzero().flatten()
+        is_head = torch.tensor([graph.sender_head(int(s)) is not None for s in pair_sender[pids]], dtype=torch.bool)
+        block: Any = model.blocks[layer]
+        head_p, mlp_p = pids[is_head], pids[~is_head]
+        if len(head_p):
+            heads = torch.tensor([graph.sender_head(int(s)) for s in pair_sender[head_p]])
+
+            def read_z(z: Tensor, hook: Any, p: Tensor = head_p, h: Tensor = heads, attn: Any = block.attn) -> None:
+                zs = z.view(n_copies, n_batch, n_pos, n_heads, -1)[pair_copy[p].to(dev), :, :, h.to(dev)]
+                cur = torch.einsum("kbpe,ked->kbpd", zs, attn.W_O[h.to(dev)])
+                diff[p.to(dev)] = other(pair_sender[p]) - cur
+
+            hooks.append((block.attn.hook_z, read_z))
+        if len(mlp_p):
+
+            def read_mlp(out: Tensor, hook: Any, p: Tensor = mlp_p, mlp: Any = block.mlp) -> None:
+                cur = out.view(n_copies, n_batch, n_pos, d_model)[pair_copy[p].to(dev)] - mlp.b_out
+                diff[p.to(dev)] = other(pair_sender[p]) - cur
+
+            hooks.append((block.hook_mlp_out, read_mlp))
+
+    # Receivers: per hook point, add the differences of the patched edges into it.
+    kinds = [graph.receivers[int(r)].kind for r in receivers]
+    heads_of = torch.tensor([graph.receivers[int(r)].head or 0 for r in receivers], dtype=torch.long)
+    groups: dict[tuple[int, str], list[int]] = {}
+    for i, key in enumerate(zip(rec_layer.tolist(), kinds, strict=True)):
+        groups.setdefault(key, []).append(i)
+
+    def add_into(x: Tensor, idx: Tensor, fixed: Tensor | None) -> Tensor:
+        """x [E*batch, pos, (n_heads,) d_model] with the differences of edges `idx` added (a new tensor)."""
+        x = x.clone()
+        per_head = x.ndim == 4
+        xs = (
+            x.view(n_copies, n_batch, n_pos, n_heads, d_model).permute(0, 3, 1, 2, 4)
+            if per_head
+            else x.view(n_copies, n_batch, n_pos, d_model)
+        )
+        index = (copy[idx].to(dev), heads_of[idx].to(dev)) if per_head else (copy[idx].to(dev),)
+        if fixed is not None:  # frozen: start from the base run's value of the receiver input
+            xs[index] = fixed.expand(len(idx), n_batch, n_pos, d_model)
+        xs.index_put_(index, diff[pair_of_edge[idx].to(dev)], accumulate=True)
+        return x
+
+    logits_idx: Tensor | None = None
+    split_layers: set[int] = set()
+    for (layer, kind), idx_list in groups.items():
+        idx = torch.tensor(idx_list, dtype=torch.long)
+        if kind == "logits":
+            logits_idx = idx
+            continue
+        if kind in QKV:
+            split_layers.add(layer)
+        fixed = None
+        if frozen:
+            fixed = (base.resid[layer] if kind in QKV else base.resid_mid[layer])[None]
+
+        def patch(x: Tensor, hook: Any, idx: Tensor = idx, fixed: Tensor | None = fixed) -> Tensor:
+            return add_into(x, idx, fixed)
+
+        hooks.append((receiver_hook(model, layer, kind), patch))
+    has_mlp = any(kind == "mlp" for _, kind in groups)
+
+    with attached(hooks), flags(model, mlp_in=True if has_mlp else None):
+        if from_tokens:
+            with flags(model, split=True if split_layers else None):
+                resid = model(base.tokens.repeat(n_copies, 1), stop_at_layer=n)
+        else:
+            resid = base.resid[start].repeat(n_copies, 1, 1)
+            layer = start
+            while layer < n:  # segments of layers that do / do not need the per-head inputs
+                need = layer in split_layers
+                end = layer + 1
+                while end < n and (end in split_layers) == need:
+                    end += 1
+                with flags(model, split=True if need else None):
+                    resid = model(resid, start_at_layer=layer, stop_at_layer=end)
+                layer = end
+        if logits_idx is not None:
+            resid = add_into(resid, logits_idx, base.resid[n][None] if frozen else None)
+        if logit_positions is None:
+            return model(resid, start_at_layer=n)
+        # Only the positions the metric reads go through ln_final and the unembedding (a third
+        # of GPT-2's compute on short prompts); LayerNorm and the unembedding act per position.
+        logits = base.logits.repeat(n_copies, 1, 1)
+        logits[:, logit_positions] = model(resid[:, logit_positions], start_at_layer=n)
+        return logits
+
+
+def chunks(n_pairs: list[int], rows_per_copy: int, d_model: int, max_copies: int) -> list[list[int]]:
+    """Split edge-set positions into chunks of at most `max_copies` copies whose (copy, sender)
+    differences fit in PAIR_FLOATS."""
+    max_pairs = max(1, PAIR_FLOATS // (rows_per_copy * d_model))
+    out: list[list[int]] = []
+    cur: list[int] = []
+    pairs = 0
+    for i, k in enumerate(n_pairs):
+        if cur and (len(cur) >= max_copies or pairs + k > max_pairs):
+            out.append(cur)
+            cur, pairs = [], 0
+        cur.append(i)
+        pairs += k
+    if cur:
+        out.append(cur)
+    return out

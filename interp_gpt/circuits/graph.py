@@ -1,0 +1,320 @@
+"""The model's computational graph as circuit-finding tools count it (auto-circuit, the EAP-IG code).
+
+Senders (nodes that write to the residual stream), in forward order:
+    input, a0.h0 ... a0.h{H-1}, m0, a1.h0 ..., m{L-1}
+Receiver inputs (what reads the residual stream), in forward order:
+    a{L}.h{h}<q>, a{L}.h{h}<k>, a{L}.h{h}<v> for each head of layer L, then m{L}; last `logits`
+An edge is a sender -> a receiver input, for every sender upstream of it: a head of layer L
+reads the input and layers < L; MLP L also reads layer L's heads; the logits read every sender.
+GPT-2 small has 32,491 edges.
+
+Edges are numbered receiver by receiver (forward order), and within a receiver by sender (forward
+order). The senders a receiver reads are always a prefix of the sender list, so edge
+`offset[receiver] + sender` is the index: score tensors of edge methods are `[n_edges]` in this
+order, and `graph.to_matrix(scores)` lays one out as `[n_senders, n_receivers]`.
+
+What an edge carries (see patch.py): a receiver's input is its residual-stream input *before*
+its LayerNorm; a head sender's output is `z[:, :, h] @ W_O[h]` (no `b_O`), an MLP's is its
+output minus `b_out`, the input's is `embed + pos_embed`. Biases belong to no sender.
+
+Example:
+    >>> g = Graph(preset("gpt2"))
+    >>> g.n_edges
+    32491
+    >>> g.edge_index("a0.h1 -> a1.h0<k>")
+    ...
+    >>> g.edge_name(0)
+    'input -> a0.h0<q>'
+"""
+
+from __future__ import annotations
+
+import difflib
+import operator
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from ..config import Config
+
+__all__ = ["Graph", "Receiver"]
+
+QKV = ("q", "k", "v")
+_EDGE_RE = re.compile(r"^\s*(\S+?)\s*->\s*(\S+?)\s*$")
+
+
+@dataclass(frozen=True)
+class Receiver:
+    """One receiver input: `kind` is "q", "k", "v" (a head's input; `head` set), "mlp" or "logits".
+    `layer` is n_layers for the logits."""
+
+    layer: int
+    kind: str
+    head: int | None = None
+
+    @property
+    def name(self) -> str:
+        if self.kind in QKV:
+            return f"a{self.layer}.h{self.head}<{self.kind}>"
+        return "logits" if self.kind == "logits" else f"m{self.layer}"
+
+
+class Graph:
+    """Nodes and edges of a GPT-2-shaped model (see the module's docs for the names and order).
+
+    Build it from a `Config` (no weights needed) or a model: `Graph(cfg)`, `Graph.from_model(model)`.
+
+    Example:
+        >>> g = Graph.from_model(model)
+        >>> g.n_nodes, g.n_edges
+        >>> g.edge_name(g.edge_index("m0 -> logits"))
+        'm0 -> logits'
+    """
+
+    def __init__(self, cfg: Config):
+        if not isinstance(cfg, Config):
+            raise TypeError(f"Graph: cfg must be an interp_gpt Config, got {type(cfg).__name__}")
+        self.cfg = cfg
+        n, h = cfg.n_layers, cfg.n_heads
+        self.n_layers, self.n_heads = n, h
+        senders = ["input"]
+        for layer in range(n):
+            senders += [f"a{layer}.h{i}" for i in range(h)] + [f"m{layer}"]
+        self.senders: list[str] = senders
+        receivers: list[Receiver] = []
+        for layer in range(n):
+            receivers += [Receiver(layer, c, i) for i in range(h) for c in QKV]
+            receivers.append(Receiver(layer, "mlp"))
+        receivers.append(Receiver(n, "logits"))
+        self.receivers: list[Receiver] = receivers
+        self.receiver_names: list[str] = [r.name for r in receivers]
+        self._sender_index = {s: i for i, s in enumerate(senders)}
+        self._receiver_index = {r: i for i, r in enumerate(self.receiver_names)}
+        # How many senders (a prefix of `senders`) each receiver reads, and where its edges start.
+        n_up = [self.n_upstream(r) for r in receivers]
+        offsets = [0]
+        for k in n_up:
+            offsets.append(offsets[-1] + k)
+        self.receiver_n_senders: list[int] = n_up
+        self.receiver_offsets: list[int] = offsets[:-1]
+        self.n_edges: int = offsets[-1]
+        self.nodes: list[str] = senders + ["logits"]
+        self.n_nodes: int = len(self.nodes)
+        self._edge_sender: Tensor | None = None
+        self._edge_receiver: Tensor | None = None
+
+    @classmethod
+    def from_model(cls, model: Any) -> Graph:
+        """The graph of `model` (anything with a GPT-2 `cfg`)."""
+        cfg = getattr(model, "cfg", None)
+        if not isinstance(cfg, Config):
+            raise TypeError(f"Graph.from_model: model must be an interp_gpt GPT, got {type(model).__name__}")
+        return cls(cfg)
+
+    def __repr__(self) -> str:
+        return (
+            f"Graph(n_layers={self.n_layers}, n_heads={self.n_heads}, n_nodes={self.n_nodes}, n_edges={self.n_edges})"
+        )
+
+    # ----- structure ---------------------------------------------------------
+    def n_upstream(self, receiver: Receiver) -> int:
+        """How many senders `receiver` reads (they are the first ones of `senders`)."""
+        before = 1 + receiver.layer * (self.n_heads + 1)
+        return before + self.n_heads if receiver.kind == "mlp" else before
+
+    def sender_layer(self, sender: int) -> int:
+        """The layer a sender is computed in (-1 for the input)."""
+        return -1 if sender == 0 else (sender - 1) // (self.n_heads + 1)
+
+    def sender_head(self, sender: int) -> int | None:
+        """The head of a head sender, None for the input and the MLPs."""
+        if sender == 0:
+            return None
+        i = (sender - 1) % (self.n_heads + 1)
+        return None if i == self.n_heads else i
+
+    def head_sender(self, layer: int, head: int) -> int:
+        return 1 + layer * (self.n_heads + 1) + head
+
+    def mlp_sender(self, layer: int) -> int:
+        return 1 + layer * (self.n_heads + 1) + self.n_heads
+
+    def head_receiver(self, layer: int, head: int, kind: str) -> int:
+        return layer * (3 * self.n_heads + 1) + 3 * head + QKV.index(kind)
+
+    def mlp_receiver(self, layer: int) -> int:
+        return layer * (3 * self.n_heads + 1) + 3 * self.n_heads
+
+    @property
+    def logits_receiver(self) -> int:
+        return len(self.receivers) - 1
+
+    @property
+    def edge_sender(self) -> Tensor:
+        """`[n_edges]` sender index of each edge."""
+        if self._edge_sender is None:
+            self._edge_sender = torch.cat([torch.arange(k) for k in self.receiver_n_senders])
+        return self._edge_sender
+
+    @property
+    def edge_receiver(self) -> Tensor:
+        """`[n_edges]` receiver-input index of each edge."""
+        if self._edge_receiver is None:
+            counts = torch.tensor(self.receiver_n_senders)
+            self._edge_receiver = torch.repeat_interleave(torch.arange(len(self.receivers)), counts)
+        return self._edge_receiver
+
+    def edge(self, sender: int, receiver: int) -> int:
+        """The index of the edge sender -> receiver (indices into `senders` / `receivers`)."""
+        if not 0 <= receiver < len(self.receivers):
+            raise ValueError(f"receiver={receiver} is out of range: receiver inputs are 0..{len(self.receivers) - 1}")
+        n_up = self.receiver_n_senders[receiver]
+        if not 0 <= sender < n_up:
+            raise ValueError(
+                f"no edge {self._sender_label(sender)} -> {self.receiver_names[receiver]}: "
+                f"{self.receiver_names[receiver]} reads {self._reads(receiver)}"
+            )
+        return self.receiver_offsets[receiver] + sender
+
+    # ----- names -------------------------------------------------------------
+    def edge_name(self, index: int) -> str:
+        """`'a0.h1 -> a1.h0<k>'` for an edge index."""
+        if (
+            isinstance(index, bool)
+            or not isinstance(index, int)
+            and not (isinstance(index, Tensor) and index.ndim == 0)
+        ):
+            raise TypeError(f"edge index must be an int, got {type(index).__name__}")
+        i = int(index)
+        if not 0 <= i < self.n_edges:
+            raise ValueError(f"edge index {i} is out of range: edges are 0..{self.n_edges - 1}")
+        return f"{self.senders[int(self.edge_sender[i])]} -> {self.receiver_names[int(self.edge_receiver[i])]}"
+
+    @property
+    def edge_names(self) -> list[str]:
+        """Every edge's name, in index order."""
+        return [
+            f"{self.senders[s]} -> {name}"
+            for name, k in zip(self.receiver_names, self.receiver_n_senders, strict=True)
+            for s in range(k)
+        ]
+
+    def sender_index(self, name: str) -> int:
+        """The index of a sender node ("input", "a0.h1", "m3")."""
+        if not isinstance(name, str):
+            raise TypeError(f"sender must be a node name such as 'a0.h1', got {type(name).__name__}")
+        name = name.strip()
+        if name not in self._sender_index:
+            raise KeyError(self._unknown("sender node", name, self.senders))
+        return self._sender_index[name]
+
+    def receiver_index(self, name: str) -> int:
+        """The index of a receiver input ("a1.h0<k>", "m3", "logits")."""
+        if not isinstance(name, str):
+            raise TypeError(f"receiver must be a name such as 'a1.h0<q>', got {type(name).__name__}")
+        name = name.strip()
+        if name not in self._receiver_index:
+            m = re.fullmatch(r"a(\d+)\.h(\d+)", name)
+            if m and name in self._sender_index:
+                opts = ", ".join(f"{name}<{c}>" for c in QKV)
+                raise KeyError(f"receiver {name!r}: a head receives through its query, key or value input: {opts}")
+            raise KeyError(self._unknown("receiver input", name, self.receiver_names))
+        return self._receiver_index[name]
+
+    def node_index(self, name: str) -> int:
+        """The index of a node in `nodes` (the senders, then "logits")."""
+        if name == "logits":
+            return self.n_nodes - 1
+        if isinstance(name, str) and name.strip() not in self._sender_index:
+            raise KeyError(self._unknown("node", name.strip(), self.nodes))
+        return self.sender_index(name)
+
+    def edge_index(self, name: str) -> int:
+        """The index of an edge named `'sender -> receiver'` (`'a0.h1 -> a1.h0<k>'`, `'m3 -> logits'`)."""
+        if not isinstance(name, str):
+            raise TypeError(f"edge must be a name such as 'a0.h1 -> a1.h0<k>', got {type(name).__name__}")
+        m = _EDGE_RE.match(name)
+        if m is None:
+            raise ValueError(
+                f"edge {name!r}: expected 'sender -> receiver', e.g. 'a0.h1 -> a1.h0<k>' or 'm3 -> logits'"
+            )
+        s = self.sender_index(m.group(1))
+        r = self.receiver_index(m.group(2))
+        return self.edge(s, r)
+
+    def edge_indices(self, edges: Any) -> Tensor:
+        """Edge indices `[k]` from names, indices, a boolean mask `[n_edges]` or an index tensor."""
+        if isinstance(edges, Tensor):
+            if edges.dtype == torch.bool:
+                if edges.shape != (self.n_edges,):
+                    raise ValueError(f"edge mask has shape {tuple(edges.shape)}, expected [{self.n_edges}] (n_edges)")
+                return edges.nonzero().flatten().cpu()
+            if edges.is_floating_point() or edges.ndim > 1:
+                raise TypeError(
+                    f"edges: expected a bool mask [n_edges] or integer indices [k], got {edges.dtype} "
+                    f"of shape {tuple(edges.shape)}"
+                )
+            idx = edges.flatten().cpu().long()
+        else:
+            if isinstance(edges, (str, int)):
+                edges = [edges]
+            if not isinstance(edges, Iterable):
+                raise TypeError(f"edges: expected edge names, indices or a mask, got {type(edges).__name__}")
+            out = []
+            for e in edges:
+                if isinstance(e, str):
+                    out.append(self.edge_index(e))
+                elif not isinstance(e, bool) and hasattr(e, "__index__"):  # an int, a numpy int, a 0-d tensor
+                    out.append(operator.index(e))
+                else:
+                    raise TypeError(f"edges: expected an edge name or index, got {e!r}")
+            idx = torch.tensor(out, dtype=torch.long)
+        bad = (idx < 0) | (idx >= self.n_edges)
+        if bool(bad.any()):
+            raise ValueError(f"edge index {int(idx[bad][0])} is out of range: edges are 0..{self.n_edges - 1}")
+        return idx
+
+    def edge_mask(self, edges: Any) -> Tensor:
+        """A boolean mask `[n_edges]` with the given edges set."""
+        mask = torch.zeros(self.n_edges, dtype=torch.bool)
+        mask[self.edge_indices(edges)] = True
+        return mask
+
+    # ----- layouts -----------------------------------------------------------
+    def to_matrix(self, scores: Tensor, fill: float = float("nan")) -> Tensor:
+        """Lay out `[n_edges]` values as `[n_senders, n_receivers]` (`fill` where there is no edge)."""
+        if not isinstance(scores, Tensor) or scores.shape[-1:] != (self.n_edges,):
+            got = tuple(scores.shape) if isinstance(scores, Tensor) else type(scores).__name__
+            raise ValueError(f"scores: expected a tensor [..., {self.n_edges}] (one value per edge), got {got}")
+        out = scores.new_full((*scores.shape[:-1], len(self.senders), len(self.receivers)), fill)
+        out[..., self.edge_sender.to(scores.device), self.edge_receiver.to(scores.device)] = scores
+        return out
+
+    def top_edges(self, scores: Tensor, k: int = 10, absolute: bool = True) -> list[tuple[str, float]]:
+        """The `k` edges with the largest scores (by magnitude with `absolute`), as (name, score)."""
+        if not isinstance(scores, Tensor) or scores.shape != (self.n_edges,):
+            raise ValueError(f"scores: expected a tensor [{self.n_edges}], got {getattr(scores, 'shape', scores)!r}")
+        key = scores.abs() if absolute else scores
+        order = key.argsort(descending=True)[:k]
+        return [(self.edge_name(int(i)), float(scores[i])) for i in order]
+
+    # ----- errors ------------------------------------------------------------
+    def _sender_label(self, sender: int) -> str:
+        return self.senders[sender] if 0 <= sender < len(self.senders) else f"sender {sender}"
+
+    def _reads(self, receiver: int) -> str:
+        n_up = self.receiver_n_senders[receiver]
+        last = self.senders[n_up - 1]
+        return "only the input" if n_up == 1 else f"the senders input .. {last} (layers before it)"
+
+    @staticmethod
+    def _unknown(what: str, name: str, known: Sequence[str]) -> str:
+        close = difflib.get_close_matches(name, known, n=3, cutoff=0.5)  # names are short: "mo" -> "m0"
+        msg = f"unknown {what} {name!r}"
+        if close:
+            return msg + f"; did you mean {' or '.join(repr(c) for c in close)}?"
+        return msg + f"; names look like {known[:3]} ... {known[-1]!r}"

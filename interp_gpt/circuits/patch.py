@@ -1,0 +1,491 @@
+"""Exact edge patching, path patching (IOI) and transformer-lens 4.3's direct-path sweeps, batched.
+
+Edge patching: in a run of the clean input, each patched edge s -> r adds
+`(s's output in the corrupted run) - (s's output in this run)` to r's input (the residual stream
+before r's LayerNorm); every other edge carries what its sender outputs in this run. Patching
+every edge gives the corrupted run, patching none the clean run. Instead of corrupted tokens the
+other value can be an ablation: "zero" (the sender outputs 0; biases belong to no sender),
+"mean" (its mean over the batch, per position, on `reference` tokens, default the clean ones) or
+"resample" (its output on another prompt of `reference`, a seeded permutation).
+
+Path patching (Wang et al. 2022): the senders' outputs come from the corrupted run, every other
+node is frozen to the clean run, and only the receivers' inputs see the change (each receiver's
+input is its clean value plus the senders' corrupted-minus-clean outputs); the rest of the
+network is then recomputed from the patched receivers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, Literal
+
+import torch
+from torch import Tensor
+from tqdm.auto import tqdm  # type: ignore[import-untyped]
+
+from ..checks import check_index, check_int_in_range, check_shape
+from ..model import GPT
+from ..patching.generic import DEFAULT_ROWS_PER_FORWARD, as_tokens, check_model, metric_value, user_hooked_points
+from ..patching.generic import warn_unbatched as _warn_unbatched
+from ._run import BaseRun, SenderValues, base_run, chunks, patched_logits
+from .graph import QKV, Graph
+
+__all__ = [
+    "patch_edges",
+    "path_patch",
+    "get_act_patch_direct_path",
+    "get_act_patch_direct_path_all_sources",
+    "ABLATIONS",
+]
+
+ABLATIONS = ("zero", "mean", "resample")
+Metric = Callable[[Tensor], Any]
+
+
+# ----------------------------------------------------------------------------
+# inputs
+# ----------------------------------------------------------------------------
+def prepare(
+    model: Any, clean: Any, corrupted: Any, reference: Any = None, seed: int = 0, caller: str = "patch_edges"
+) -> tuple[GPT, Graph, BaseRun, SenderValues, Tensor]:
+    """Check the inputs; run the clean input once. Returns the model, its graph, the clean run,
+    the other value of every sender (`[batch or 1, pos, k, d_model]` for sender indices `[k]`) and
+    the other run's sender outputs as one tensor `[batch or 1, pos, n_senders, d_model]`."""
+    model = check_model(model)
+    graph = Graph(model.cfg)
+    clean_tokens = as_tokens(model, clean, "clean_tokens")
+    base = base_run(model, clean_tokens)
+    other: Tensor
+    if isinstance(corrupted, str) and corrupted in ABLATIONS:
+        ref = base if reference is None else _other_run(model, reference, clean_tokens, "reference", caller)
+        if corrupted == "zero":
+            other = torch.zeros_like(base.senders[:1])
+        elif corrupted == "mean":
+            other = ref.senders.mean(dim=0, keepdim=True)
+        else:
+            n = ref.senders.shape[0]
+            if n < 2:
+                raise ValueError(
+                    f"{caller}: resample ablation needs at least 2 prompts to draw from, got a batch of {n}"
+                )
+            gen = torch.Generator().manual_seed(check_int_in_range(seed, "seed", 0, None))
+            # A permutation with no fixed point: every prompt takes another prompt's outputs.
+            perm = torch.randperm(n, generator=gen)
+            while bool((perm == torch.arange(n)).any()):
+                perm = torch.randperm(n, generator=gen)
+            other = ref.senders[perm.to(ref.senders.device)]
+    elif corrupted is None:
+        raise ValueError(f"{caller}: corrupted_tokens is None: pass corrupted tokens or an ablation {ABLATIONS}")
+    else:
+        if reference is not None:
+            raise ValueError(f"{caller}: reference= is for the 'mean' and 'resample' ablations, not corrupted tokens")
+        other = _other_run(model, corrupted, clean_tokens, "corrupted_tokens", caller).senders
+
+    def other_of(ps: Tensor) -> Tensor:
+        return other[:, :, ps]
+
+    return model, graph, base, other_of, other
+
+
+def _other_run(model: GPT, tokens: Any, clean_tokens: Tensor, arg: str, caller: str) -> BaseRun:
+    ids = as_tokens(model, tokens, arg)
+    if arg == "corrupted_tokens":
+        check_shape(ids, clean_tokens.shape, arg, "clean_tokens' [batch, pos]", caller=caller)
+    elif ids.shape[1] != clean_tokens.shape[1]:
+        raise ValueError(
+            f"{caller}: {arg} has {ids.shape[1]} positions but clean_tokens has {clean_tokens.shape[1]}: "
+            "the ablation values are per position"
+        )
+    return base_run(model, ids)
+
+
+def edge_sets_of(graph: Graph, edge_sets: Any) -> list[Tensor]:
+    """Edge index tensors from a sequence of edge sets (each names, indices, one name, one index, a
+    bool mask or an index tensor) or a bool tensor `[n_sets, n_edges]`."""
+    if isinstance(edge_sets, Tensor):
+        if edge_sets.dtype != torch.bool or edge_sets.ndim != 2 or edge_sets.shape[1] != graph.n_edges:
+            raise ValueError(
+                f"edge_sets: a tensor must be a bool mask [n_sets, {graph.n_edges}] (n_edges), "
+                f"got {edge_sets.dtype} of shape {tuple(edge_sets.shape)}"
+            )
+        return [row.nonzero().flatten().cpu() for row in edge_sets]
+    if isinstance(edge_sets, (str, int)) or not isinstance(edge_sets, Sequence):
+        raise TypeError(
+            f"edge_sets must be a sequence of edge sets (e.g. [['a0.h1 -> a1.h0<k>'], ['m0 -> logits']]) or a bool "
+            f"tensor [n_sets, n_edges], got {type(edge_sets).__name__}; wrap a single set in a list"
+        )
+    return [torch.unique(graph.edge_indices(s)) for s in edge_sets]
+
+
+def check_positions(logit_positions: Any, n_pos: int) -> list[int] | None:
+    """`logit_positions` (None, an int or a list of ints) as sorted positions 0..n_pos-1."""
+    if logit_positions is None:
+        return None
+    items = [logit_positions] if isinstance(logit_positions, int) else logit_positions
+    if isinstance(items, (str, bytes)) or not isinstance(items, Sequence) or not items:
+        raise TypeError(f"logit_positions must be None, a position or a list of positions, got {logit_positions!r}")
+    return sorted({check_index(p, n_pos, "logit_positions", "positions") for p in items})
+
+
+def _start(graph: Graph, edges: Tensor) -> int:
+    if not len(edges):
+        return graph.n_layers
+    return min(graph.receivers[int(r)].layer for r in graph.edge_receiver[edges].unique())
+
+
+def run_edge_sets(
+    model: GPT,
+    graph: Graph,
+    base: BaseRun,
+    other_of: SenderValues,
+    base_of: SenderValues,
+    sets: list[Tensor],
+    metric: Metric | None,
+    *,
+    frozen: bool = False,
+    batch_size: int | None = None,
+    progress: bool = True,
+    desc: str = "patching edges",
+    logit_positions: Any = None,
+) -> Tensor:
+    """Metric `[n_sets]` (or logits `[n_sets, batch, pos, d_vocab]` with no metric) of one patched
+    run per edge set, batched (see `patched_logits`). While the user's own forward hooks are
+    attached, each set runs alone from the tokens, as the patching sweeps do."""
+    if batch_size is not None:
+        check_int_in_range(batch_size, "batch_size", 1, None, "edge sets per forward")
+    n_batch, n_pos = base.tokens.shape
+    positions = check_positions(logit_positions, n_pos)
+    hooked = user_hooked_points(model)
+    if hooked:
+        _warn_unbatched(hooked)
+    max_copies = 1 if hooked else batch_size or max(1, DEFAULT_ROWS_PER_FORWARD // (n_batch * n_pos))
+    starts = [0 if hooked else _start(graph, s) for s in sets]
+    order = sorted(range(len(sets)), key=lambda i: starts[i])
+    values: list[float] = [0.0] * len(sets)
+    logits_out: list[Tensor | None] = [None] * len(sets)
+    bar = tqdm(total=len(sets), desc=desc, disable=not progress)
+    try:
+        with torch.no_grad():
+            i = 0
+            while i < len(order):
+                j = i
+                while j < len(order) and starts[order[j]] == starts[order[i]]:
+                    j += 1
+                group = order[i:j]
+                n_pairs = [len(graph.edge_sender[sets[c]].unique()) for c in group]
+                for chunk in chunks(n_pairs, n_batch * n_pos, model.cfg.d_model, max_copies):
+                    ids = [group[k] for k in chunk]
+                    logits = patched_logits(
+                        model,
+                        graph,
+                        base,
+                        other_of,
+                        base_of,
+                        [sets[c] for c in ids],
+                        frozen=frozen,
+                        from_tokens=bool(hooked),
+                        logit_positions=positions,
+                    )
+                    for k, c in enumerate(ids):
+                        rows = logits[k * n_batch : (k + 1) * n_batch]
+                        if metric is None:
+                            logits_out[c] = rows
+                        else:
+                            values[c] = metric_value(metric, rows)
+                    bar.update(len(ids))
+                i = j
+    finally:
+        bar.close()
+    if metric is None:
+        if not sets:
+            return base.logits.new_zeros(0, *base.logits.shape)
+        return torch.stack([t for t in logits_out if t is not None])
+    return torch.tensor(values, dtype=torch.float32, device=base.logits.device)
+
+
+# ----------------------------------------------------------------------------
+# public functions
+# ----------------------------------------------------------------------------
+def patch_edges(
+    model: GPT,
+    clean_tokens: Any,
+    corrupted_tokens: Any,
+    edge_sets: Any,
+    metric: Metric | None = None,
+    *,
+    reference: Any = None,
+    seed: int = 0,
+    batch_size: int | None = None,
+    logit_positions: Any = None,
+    progress: bool = True,
+) -> Tensor:
+    """Run the clean input with each edge set patched (exactly; see the module's docs), many sets
+    per batched forward.
+
+    Args:
+        clean_tokens: `[batch, pos]` token ids (or strings).
+        corrupted_tokens: token ids of the same shape, or an ablation: "zero", "mean" or
+            "resample" (pass a prompt that is literally one of these words as tokens).
+        edge_sets: a list of edge sets, each a list of edge names (`'a0.h1 -> a1.h0<k>'`) or
+            indices, one name or index, a bool mask `[n_edges]` or an index tensor; or a bool
+            tensor `[n_sets, n_edges]`. `[]` is the clean run.
+        metric: logits `[batch, pos, d_vocab]` -> a scalar; None returns the logits.
+        reference: tokens whose run gives the "mean" / "resample" values (default the clean ones).
+        seed: the resample permutation's seed.
+        batch_size: edge sets per forward (default: about 4096 token rows).
+        logit_positions: the positions the metric reads (e.g. -1); only those are unembedded,
+            the others hold the clean run's logits. A speed-up: the unembedding is about a
+            third of GPT-2's compute on short prompts. Default: every position.
+
+    Returns:
+        float32 `[n_sets]` metric values, or the logits `[n_sets, batch, pos, d_vocab]`.
+
+    Example:
+        >>> g = Graph.from_model(model)
+        >>> patch_edges(model, clean, corrupted, [["a0.h1 -> a1.h0<k>"], g.edge_names[:100]], metric)
+        tensor([..., ...])
+    """
+    model, graph, base, other_of, _ = prepare(model, clean_tokens, corrupted_tokens, reference, seed)
+    sets = edge_sets_of(graph, edge_sets)
+    return run_edge_sets(
+        model,
+        graph,
+        base,
+        other_of,
+        _base_of(base),
+        sets,
+        metric,
+        batch_size=batch_size,
+        progress=progress,
+        logit_positions=logit_positions,
+    )
+
+
+def _base_of(base: BaseRun) -> SenderValues:
+    def of(ps: Tensor) -> Tensor:
+        return base.senders[:, :, ps]
+
+    return of
+
+
+def _sender(graph: Graph, item: Any, arg: str) -> int:
+    if isinstance(item, str):
+        return graph.sender_index(item)
+    if isinstance(item, tuple) and len(item) == 2:
+        layer = check_int_in_range(item[0], f"{arg} layer", 0, graph.n_layers - 1, "layers")
+        head = check_int_in_range(item[1], f"{arg} head", 0, graph.n_heads - 1, "heads")
+        return graph.head_sender(layer, head)
+    raise TypeError(f"{arg}: expected a node name ('a0.h1', 'm2', 'input') or a head (layer, head), got {item!r}")
+
+
+def _receiver(graph: Graph, item: Any) -> int:
+    if isinstance(item, str):
+        return graph.receiver_index(item)
+    if isinstance(item, tuple) and len(item) == 3:
+        layer = check_int_in_range(item[0], "receivers layer", 0, graph.n_layers - 1, "layers")
+        head = check_int_in_range(item[1], "receivers head", 0, graph.n_heads - 1, "heads")
+        if item[2] not in QKV:
+            raise ValueError(f"receivers: {item!r}: the input must be 'q', 'k' or 'v', got {item[2]!r}")
+        return graph.head_receiver(layer, head, item[2])
+    raise TypeError(
+        f"receivers: expected (layer, head, 'q'|'k'|'v') or a name ('a1.h0<q>', 'm3', 'logits'), got {item!r}"
+    )
+
+
+def path_patch(
+    model: GPT,
+    clean_tokens: Any,
+    corrupted_tokens: Any,
+    senders: Sequence[Any],
+    receivers: Sequence[Any],
+    metric: Metric | None = None,
+    *,
+    batch_size: int | None = None,
+    logit_positions: Any = None,
+    progress: bool = True,
+) -> Tensor:
+    """Path patching as in the IOI paper, one patched run per sender (or sender group), batched.
+
+    For each entry of `senders`, its output(s) take their corrupted-run value; every other node is
+    frozen to the clean run, so only the `receivers`' inputs see the change (their clean input
+    plus the senders' corrupted-minus-clean outputs); the network after the receivers is then
+    recomputed. A sender downstream of a receiver does not reach it.
+
+    Args:
+        senders: each a head `(layer, head)`, a node name (`'a7.h3'`, `'m2'`, `'input'`) or a list
+            of them (a group patched together).
+        receivers: `(layer, head, 'q'|'k'|'v')` tuples or receiver names (`'a9.h9<q>'`, `'m10'`, `'logits'`).
+        corrupted_tokens: tokens of the clean ones' shape, or an ablation ("zero", "mean", "resample").
+        logit_positions: the positions the metric reads (see `patch_edges`).
+
+    Returns:
+        float32 `[len(senders)]` metric values (logits `[len(senders), batch, pos, d_vocab]` with no metric).
+
+    Example:
+        >>> heads = [(layer, head) for layer in range(12) for head in range(12)]
+        >>> path_patch(model, clean, corrupted, heads, [(9, 9, "q"), (9, 6, "q"), (10, 0, "q")], metric)
+    """
+    model, graph, base, other_of, _ = prepare(model, clean_tokens, corrupted_tokens, caller="path_patch")
+    if isinstance(receivers, (str, tuple)) or not isinstance(receivers, Sequence) or not receivers:
+        raise TypeError(f"receivers must be a non-empty list of (layer, head, 'q'|'k'|'v') or names, got {receivers!r}")
+    if isinstance(senders, str) or not isinstance(senders, Sequence):
+        raise TypeError(f"senders must be a list of heads (layer, head), node names or groups, got {senders!r}")
+    rec = sorted({_receiver(graph, r) for r in receivers})
+    sets = []
+    for item in senders:
+        group = item if isinstance(item, list) else [item]
+        ss = {_sender(graph, s, "senders") for s in group}
+        edges = [graph.edge(s, r) for s in sorted(ss) for r in rec if s < graph.receiver_n_senders[r]]
+        sets.append(torch.tensor(edges, dtype=torch.long))
+    return run_edge_sets(
+        model,
+        graph,
+        base,
+        other_of,
+        _base_of(base),
+        sets,
+        metric,
+        frozen=True,
+        batch_size=batch_size,
+        progress=progress,
+        desc="path patching",
+        logit_positions=logit_positions,
+    )
+
+
+# ----------------------------------------------------------------------------
+# transformer-lens 4.3's direct-path sweeps
+# ----------------------------------------------------------------------------
+def _head_writes(model: GPT, graph: Graph, cache: Any, arg: str) -> SenderValues:
+    """Head senders' outputs `z[:, :, h] @ W_O[h]` from a cache's `hook_z` (only heads)."""
+
+    def of(ps: Tensor) -> Tensor:
+        outs = []
+        for s in ps.tolist():
+            layer, head = graph.sender_layer(s), graph.sender_head(s)
+            if head is None:
+                raise ValueError(f"{arg}: direct-path patching reads heads only, got sender {graph.senders[s]}")
+            name = f"blocks.{layer}.attn.hook_z"
+            try:
+                z = cache[name]
+            except KeyError as e:
+                raise KeyError(f"{arg} has no {name!r}: cache the clean and corrupted runs' hook_z") from e
+            block: Any = model.blocks[layer]
+            outs.append(z[:, :, head].to(model.W_E.device) @ block.attn.W_O[head])
+        return torch.stack(outs, dim=2)
+
+    return of
+
+
+def _direct_path(
+    model: Any,
+    corrupted_tokens: Any,
+    clean_cache: Any,
+    corrupted_cache: Any,
+    patching_metric: Metric,
+    sources: list[tuple[int, int]],
+    component: str,
+    verbose: bool,
+    caller: str,
+) -> Tensor:
+    model = check_model(model)
+    if component not in QKV:
+        raise ValueError(f"{caller}: component={component!r}, expected 'q', 'k' or 'v'")
+    graph = Graph(model.cfg)
+    tokens = as_tokens(model, corrupted_tokens, "corrupted_tokens")
+    base = base_run(model, tokens)
+    n, h = graph.n_layers, graph.n_heads
+    pairs = [(sl, sh, dl, dh) for sl, sh in sources for dl in range(sl + 1, n) for dh in range(h)]
+    sets = [
+        torch.tensor([graph.edge(graph.head_sender(sl, sh), graph.head_receiver(dl, dh, component))])
+        for sl, sh, dl, dh in pairs
+    ]
+    values = run_edge_sets(
+        model,
+        graph,
+        base,
+        _head_writes(model, graph, clean_cache, "clean_cache"),
+        _head_writes(model, graph, corrupted_cache, "corrupted_cache"),
+        sets,
+        patching_metric,
+        progress=verbose,
+        desc=f"direct path patching [{component}]",
+    )
+    out = torch.zeros(n, h, n, h, device=model.W_E.device)
+    for (sl, sh, dl, dh), v in zip(pairs, values.tolist(), strict=True):
+        out[sl, sh, dl, dh] = v
+    return out
+
+
+def get_act_patch_direct_path(
+    model: GPT,
+    corrupted_tokens: Any,
+    clean_cache: Any,
+    corrupted_cache: Any,
+    patching_metric: Metric,
+    src_layer: int,
+    src_head: int,
+    component: Literal["q", "k", "v"] = "q",
+    verbose: bool = True,
+) -> Tensor:
+    """transformer-lens 4.3's direct-path sweep, batched: in the corrupted run, add the source
+    head's clean-minus-corrupted output (`z @ W_O`, from the caches' `hook_z`) to one later head's
+    `component` input (before ln1) at every position; the metric per destination head.
+
+    Returns:
+        `[n_layers, n_heads]`: `[l, h]` the metric with the path into head (l, h) patched; rows
+        `l <= src_layer` are 0.0 placeholders, as in transformer-lens.
+
+    Example:
+        >>> _, clean_cache = model.run_with_cache(clean_tokens)
+        >>> _, corrupted_cache = model.run_with_cache(corrupted_tokens)
+        >>> get_act_patch_direct_path(model, corrupted_tokens, clean_cache, corrupted_cache, metric, 0, 1, "k")
+    """
+    n_layers, n_heads = check_model(model).cfg.n_layers, model.cfg.n_heads
+    sl = check_int_in_range(src_layer, "src_layer", 0, n_layers - 1, "layers")
+    sh = check_int_in_range(src_head, "src_head", 0, n_heads - 1, "heads")
+    out = _direct_path(
+        model,
+        corrupted_tokens,
+        clean_cache,
+        corrupted_cache,
+        patching_metric,
+        [(sl, sh)],
+        component,
+        verbose,
+        "get_act_patch_direct_path",
+    )
+    return out[sl, sh]
+
+
+def get_act_patch_direct_path_all_sources(
+    model: GPT,
+    corrupted_tokens: Any,
+    clean_cache: Any,
+    corrupted_cache: Any,
+    patching_metric: Metric,
+    component: Literal["q", "k", "v"] = "q",
+    verbose: bool = True,
+) -> Tensor:
+    """`get_act_patch_direct_path` from every source head, all in batched forwards.
+
+    Returns:
+        `[n_layers, n_heads, n_layers, n_heads]`: `[sl, sh, dl, dh]` the metric with the path
+        (sl, sh) -> (dl, dh) patched; 0.0 where `dl <= sl`.
+
+    Example:
+        >>> get_act_patch_direct_path_all_sources(model, corrupted_tokens, clean_cache, corrupted_cache, metric, "v")
+    """
+    cfg = check_model(model).cfg
+    sources = [(sl, sh) for sl in range(cfg.n_layers) for sh in range(cfg.n_heads)]
+    return _direct_path(
+        model,
+        corrupted_tokens,
+        clean_cache,
+        corrupted_cache,
+        patching_metric,
+        sources,
+        component,
+        verbose,
+        "get_act_patch_direct_path_all_sources",
+    )

@@ -1,0 +1,230 @@
+"""Edge scores: edge attribution patching (EAP), EAP with integrated gradients (EAP-IG), and exact
+per-edge patching scores. Every score is `[n_edges]`, indexed like `Graph(model.cfg)`'s edges, and
+estimates (or, exactly, measures) `metric(edge patched) - metric(clean)`.
+
+EAP (Syed et al. 2023): `score(s -> r) = sum over batch, pos of (corrupted_s - clean_s) . d metric / d r_in`,
+the gradient taken at the clean run, from one clean forward, one corrupted forward and one
+backward for every edge (auto-circuit's scores are the negative of these).
+EAP-IG (Hanna et al. 2024): the gradient averaged over `steps` runs whose input embeddings lie
+between the corrupted and the clean ones, `corrupted + k/steps (clean - corrupted)` for k = 1..steps;
+the steps run stacked along the batch. `steps=1` is EAP.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import Tensor
+from tqdm.auto import tqdm  # type: ignore[import-untyped]
+
+from ..checks import check_callable, check_int_in_range
+from ..model import GPT
+from ..patching.generic import metric_value, user_hooked_points
+from ..patching.generic import warn_unbatched as _warn_unbatched
+from ._run import BaseRun, attached, flags
+from .graph import Graph
+from .patch import Metric, _base_of, edge_sets_of, prepare, run_edge_sets
+
+__all__ = ["eap_scores", "eap_ig_scores", "exact_edge_scores"]
+
+# Token rows of one EAP-IG forward+backward: the per-head q/k/v inputs make each row cost about
+# 3 * n_heads residual streams per layer, kept for the backward.
+IG_ROWS_PER_FORWARD = 512
+
+
+def scalar_metric(metric: Metric, logits: Tensor) -> Tensor:
+    """`metric(logits)` as a 0-d tensor autograd can differentiate, or a clear error."""
+    value = metric(logits)
+    if not isinstance(value, Tensor):
+        raise TypeError(
+            f"metric returned {type(value).__name__}; edge attribution needs a scalar tensor that autograd "
+            "can differentiate (no .item())"
+        )
+    if value.numel() != 1:
+        raise ValueError(
+            f"metric returned a tensor of shape {tuple(value.shape)}; it must return a scalar "
+            "(one number for the batch, e.g. a mean over the prompts)"
+        )
+    if not value.requires_grad:
+        raise ValueError("metric's output does not depend on the logits through autograd (detached?)")
+    return value.reshape(())
+
+
+def eap_scores(
+    model: GPT, clean_tokens: Any, corrupted_tokens: Any, metric: Metric, *, progress: bool = False
+) -> Tensor:
+    """Edge attribution patching: every edge's `(corrupted_s - clean_s) . d metric / d receiver input`,
+    summed over batch and positions, from two forwards and one backward.
+
+    Args:
+        clean_tokens, corrupted_tokens: `[batch, pos]` token ids (or strings) of the same shape;
+            corrupted may also be an ablation ("zero", "mean", "resample") as in `patch_edges`.
+        metric: logits `[batch, pos, d_vocab]` -> a scalar tensor, differentiable (e.g.
+            `functools.partial(interp_gpt.metrics.logit_diff, answer_tokens=answers)`).
+
+    Returns:
+        float32 `[n_edges]` scores in `Graph(model.cfg)`'s edge order.
+
+    Example:
+        >>> scores = eap_scores(model, clean, corrupted, metric)
+        >>> Graph.from_model(model).top_edges(scores, k=5)
+    """
+    return eap_ig_scores(model, clean_tokens, corrupted_tokens, metric, steps=1, progress=progress)
+
+
+def eap_ig_scores(
+    model: GPT,
+    clean_tokens: Any,
+    corrupted_tokens: Any,
+    metric: Metric,
+    steps: int = 5,
+    *,
+    batch_size: int | None = None,
+    progress: bool = True,
+) -> Tensor:
+    """EAP with integrated gradients: EAP's gradient averaged over `steps` interpolations of the
+    input embeddings from the corrupted to the clean ones (k/steps of the way, k = 1..steps).
+
+    Args:
+        steps: interpolation steps (1: EAP).
+        batch_size: steps per forward+backward (default: about 512 token rows).
+
+    Returns:
+        float32 `[n_edges]` scores in `Graph(model.cfg)`'s edge order.
+
+    Example:
+        >>> scores = eap_ig_scores(model, clean, corrupted, metric, steps=5)
+    """
+    check_callable(metric, "metric", "a function of the logits")
+    steps = check_int_in_range(steps, "steps", 1, None, "interpolation steps")
+    model, graph, base, other_of, other = prepare(model, clean_tokens, corrupted_tokens, caller="eap_ig_scores")
+    n_batch, n_pos = base.tokens.shape
+    hooked = user_hooked_points(model)
+    if hooked:
+        _warn_unbatched(hooked)
+    if batch_size is not None:
+        check_int_in_range(batch_size, "batch_size", 1, None, "steps per forward")
+    per = 1 if hooked else batch_size or max(1, IG_ROWS_PER_FORWARD // (n_batch * n_pos))
+    diff = other.expand_as(base.senders) - base.senders  # [batch, pos, n_senders, d_model]
+    # The corrupted input embeddings: the input sender's other value (an ablation's, too).
+    start_in = other[:, :, 0].expand_as(base.resid[0])
+    matrix = torch.zeros(len(graph.senders), len(graph.receivers), dtype=diff.dtype, device=diff.device)
+    bar = tqdm(total=steps, desc="EAP-IG" if steps > 1 else "EAP", disable=not progress)
+    try:
+        for lo in range(1, steps + 1, per):
+            ks = list(range(lo, min(lo + per, steps + 1)))
+            _accumulate(model, graph, base, start_in, diff, [k / steps for k in ks], metric, matrix)
+            bar.update(len(ks))
+    finally:
+        bar.close()
+    scores = matrix[graph.edge_sender.to(matrix.device), graph.edge_receiver.to(matrix.device)] / steps
+    return scores.float()
+
+
+def _accumulate(
+    model: GPT,
+    graph: Graph,
+    base: BaseRun,
+    start_in: Tensor,
+    diff: Tensor,
+    alphas: list[float],
+    metric: Metric,
+    matrix: Tensor,
+) -> None:
+    """Add `sum over copies, batch, pos of diff . grad` into `matrix [n_senders, n_receivers]` for one
+    forward+backward of `len(alphas)` interpolated copies stacked along the batch."""
+    n, n_heads = graph.n_layers, graph.n_heads
+    n_batch, n_pos = base.tokens.shape
+    n_copies = len(alphas)
+    weights = torch.tensor(alphas, dtype=start_in.dtype, device=start_in.device)[:, None, None, None]
+    # torch.lerp gives the clean input exactly at alpha = 1.
+    inputs = torch.lerp(start_in[None], base.resid[0][None], weights).reshape(n_copies * n_batch, n_pos, -1)
+    kept: dict[tuple[int, str], Tensor] = {}
+
+    def keep(layer: int, kind: str, clone: bool) -> Any:
+        def fn(x: Tensor, hook: Any) -> Tensor:
+            y = x.clone() if clone else x  # q, k and v get the same tensor: a copy each
+            kept[(layer, kind)] = y
+            return y
+
+        return fn
+
+    hooks = []
+    for layer, block in enumerate(model.blocks):
+        hooks += [(getattr(block, f"hook_{c}_input"), keep(layer, c, True)) for c in "qkv"]
+        hooks.append((block.hook_mlp_in, keep(layer, "mlp", False)))
+    hooks.append((model.blocks[n - 1].hook_resid_post, keep(n, "logits", False)))
+    with torch.enable_grad(), attached(hooks), flags(model, split=True, mlp_in=True):
+        x = inputs.detach().requires_grad_(True)
+        logits = model(x, start_at_layer=0)
+        total = torch.stack(
+            [scalar_metric(metric, logits[i * n_batch : (i + 1) * n_batch]) for i in range(n_copies)]
+        ).sum()
+        keys = list(kept)
+        grads = torch.autograd.grad(total, [kept[k] for k in keys], allow_unused=True)
+    with torch.no_grad():
+        for key, g in zip(keys, grads, strict=True):
+            if g is None:
+                continue
+            layer, kind = key
+            g = g.reshape(n_copies, n_batch, *g.shape[1:]).sum(0)  # [batch, pos, (n_heads,) d_model]
+            if kind == "logits":
+                r = [graph.logits_receiver]
+                n_up = len(graph.senders)
+            elif kind == "mlp":
+                r = [graph.mlp_receiver(layer)]
+                n_up = graph.receiver_n_senders[r[0]]
+            else:
+                r = [graph.head_receiver(layer, h, kind) for h in range(n_heads)]
+                n_up = graph.receiver_n_senders[r[0]]
+            g = g if g.ndim == 4 else g[:, :, None]
+            matrix[:n_up, r] += torch.einsum("bpsd,bprd->sr", diff[:, :, :n_up], g)
+
+
+def exact_edge_scores(
+    model: GPT,
+    clean_tokens: Any,
+    corrupted_tokens: Any,
+    metric: Metric,
+    edges: Any = None,
+    *,
+    batch_size: int | None = None,
+    logit_positions: Any = None,
+    progress: bool = True,
+) -> Tensor:
+    """The exact effect of patching each edge alone: `metric(edge patched) - metric(clean)`, batched.
+    One patched run per edge: meant for small models or a subset `edges`.
+
+    Args:
+        edges: edge names, indices or a mask (default all); scores of the others are NaN.
+        corrupted_tokens: tokens or an ablation ("zero", "mean", "resample").
+        logit_positions: the positions the metric reads (see `patch_edges`): faster.
+
+    Returns:
+        float32 `[n_edges]` in `Graph(model.cfg)`'s edge order.
+
+    Example:
+        >>> exact = exact_edge_scores(model, clean, corrupted, metric)
+        >>> torch.corrcoef(torch.stack([exact, eap_scores(model, clean, corrupted, metric)]))
+    """
+    check_callable(metric, "metric", "a function of the logits")
+    model, graph, base, other_of, _ = prepare(model, clean_tokens, corrupted_tokens, caller="exact_edge_scores")
+    idx = torch.arange(graph.n_edges) if edges is None else torch.unique(graph.edge_indices(edges))
+    sets = edge_sets_of(graph, [int(i) for i in idx])
+    values = run_edge_sets(
+        model,
+        graph,
+        base,
+        other_of,
+        _base_of(base),
+        sets,
+        metric,
+        batch_size=batch_size,
+        progress=progress,
+        desc="exact edge scores",
+        logit_positions=logit_positions,
+    )
+    out = torch.full((graph.n_edges,), float("nan"), device=values.device)
+    out[idx.to(values.device)] = values - metric_value(metric, base.logits)
+    return out

@@ -1,0 +1,348 @@
+"""interp_gpt.circuits: the edge graph, exact edge patching and path patching against brute-force
+references written with plain hooks (tests/circuit_refs.py), and the bad-input errors."""
+
+from __future__ import annotations
+
+import sys
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+
+from interp_gpt import Config, preset
+from interp_gpt.circuits import Graph, patch_edges, path_patch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from circuit_refs import (  # noqa: E402
+    all_flags,
+    brute_patch,
+    random_model,
+    sender_names,
+    sender_values,
+)
+
+TWO = Config(n_layers=2, d_model=36, n_heads=3, d_vocab=60, n_ctx=16)
+FOUR = Config(n_layers=4, d_model=48, n_heads=4, d_vocab=80, n_ctx=16, d_mlp=96)
+
+
+def tokens(cfg: Config, seed: int, shape: tuple[int, int] = (2, 6)) -> torch.Tensor:
+    return torch.randint(0, cfg.d_vocab, shape, generator=torch.Generator().manual_seed(seed))
+
+
+def metric(logits: torch.Tensor) -> torch.Tensor:
+    return logits[:, -1, 3].mean() - logits[:, -1, 5].mean() + 0.1 * logits[:, :, 7].mean()
+
+
+# ----------------------------------------------------------------------------
+# the graph
+# ----------------------------------------------------------------------------
+def test_gpt2_small_has_32491_edges_from_the_config_alone():
+    g = Graph(preset("gpt2"))
+    assert g.n_edges == 32491
+    assert g.n_nodes == 1 + 12 * 13 + 1  # input, 144 heads, 12 MLPs, logits
+    assert len(g.edge_names) == 32491 == len(set(g.edge_names))
+
+
+def _expected_edges(cfg: Config) -> set[str]:
+    """Every (sender, receiver input) pair with the sender upstream, enumerated from layers."""
+
+    def layer_of(s: str) -> int:
+        return -1 if s == "input" else int(s[1:].split(".")[0])
+
+    receivers = [(f"a{L}.h{h}<{c}>", L, False) for L in range(cfg.n_layers) for h in range(cfg.n_heads) for c in "qkv"]
+    receivers += [(f"m{L}", L, True) for L in range(cfg.n_layers)] + [("logits", cfg.n_layers, False)]
+    out = set()
+    for s in sender_names(cfg):
+        for r, layer, is_mlp in receivers:
+            if layer_of(s) < layer or (is_mlp and s.startswith("a") and layer_of(s) == layer):
+                out.add(f"{s} -> {r}")
+    return out
+
+
+@pytest.mark.parametrize("cfg", [TWO, FOUR, preset("distilgpt2")], ids=["2-layer", "4-layer", "distilgpt2"])
+def test_edges_are_every_sender_upstream_of_every_receiver_input(cfg):
+    g = Graph(cfg)
+    assert set(g.edge_names) == _expected_edges(cfg)
+    assert g.n_edges == len(g.edge_names)
+
+
+def test_edge_names_and_indices_round_trip():
+    g = Graph(FOUR)
+    for i, name in enumerate(g.edge_names):
+        assert g.edge_index(name) == i and g.edge_name(i) == name
+    assert g.edge_index("a0.h1->a1.h0<k>") == g.edge_index("  a0.h1  ->  a1.h0<k> ")
+    assert g.edge_name(g.edge_index("m3 -> logits")) == "m3 -> logits"
+    assert g.edge_name(0) == "input -> a0.h0<q>"
+    assert g.nodes[0] == "input" and g.nodes[-1] == "logits" and "a3.h2" in g.nodes
+    mat = g.to_matrix(torch.arange(g.n_edges, dtype=torch.float))
+    assert mat[g.sender_index("a0.h1"), g.receiver_index("a1.h0<k>")] == g.edge_index("a0.h1 -> a1.h0<k>")
+    assert torch.isnan(mat[g.sender_index("m3"), g.receiver_index("a1.h0<q>")])
+
+
+def test_a_model_and_its_config_give_the_same_graph():
+    model = random_model(TWO)
+    assert Graph.from_model(model).edge_names == Graph(TWO).edge_names
+
+
+@pytest.mark.parametrize(
+    "name, expected",
+    [
+        ("a0.h1 -> a1.h0<x>", "a1.h0<q>"),
+        ("a0.h7 -> a1.h0<k>", "a0.h1"),
+        ("mm0 -> logits", "m0"),
+        ("a0.h1 -> logit", "logits"),
+        ("a0.h1 -> a1.h0", "a1.h0<k>"),
+    ],
+)
+def test_unknown_names_list_close_ones(name, expected):
+    with pytest.raises(KeyError, match=expected.replace(".", r"\.").replace("<", "<")):
+        Graph(FOUR).edge_index(name)
+
+
+def test_an_edge_that_goes_upstream_is_refused_by_name():
+    with pytest.raises(ValueError, match=r"no edge m3 -> a1\.h0<q>"):
+        Graph(FOUR).edge_index("m3 -> a1.h0<q>")
+    with pytest.raises(ValueError, match="sender -> receiver"):
+        Graph(FOUR).edge_index("a0.h1 a1.h0<q>")
+
+
+# ----------------------------------------------------------------------------
+# exact edge patching against the brute-force reference
+# ----------------------------------------------------------------------------
+def test_every_single_edge_of_a_2_layer_model_matches_brute_force():
+    model = random_model(TWO)
+    clean, corrupted = tokens(TWO, 1), tokens(TWO, 2)
+    g = Graph(TWO)
+    got = patch_edges(model, clean, corrupted, [[e] for e in g.edge_names], progress=False)
+    other = sender_values(model, corrupted)
+    clean_logits = model(clean)
+    moved = 0
+    for i, e in enumerate(g.edge_names):
+        want = brute_patch(model, clean, other, [e])
+        torch.testing.assert_close(got[i], want, atol=1e-8, rtol=1e-8, msg=e)
+        moved += bool((want - clean_logits).abs().max() > 1e-6)
+    assert moved > 0.9 * g.n_edges  # the reference really patches: nearly every edge moves the logits
+
+
+def test_sampled_edge_sets_on_a_4_layer_model_match_brute_force():
+    model = random_model(FOUR, seed=3)
+    clean, corrupted = tokens(FOUR, 4, (3, 7)), tokens(FOUR, 5, (3, 7))
+    g = Graph(FOUR)
+    gen = torch.Generator().manual_seed(0)
+    singles = [[g.edge_names[i]] for i in torch.randperm(g.n_edges, generator=gen)[:25].tolist()]
+    multis = [[g.edge_names[i] for i in torch.randperm(g.n_edges, generator=gen)[:k].tolist()] for k in (3, 40, 300)]
+    sets = singles + multis
+    got = patch_edges(model, clean, corrupted, sets, metric, batch_size=4, progress=False)
+    other = sender_values(model, corrupted)
+    want = torch.tensor([float(metric(brute_patch(model, clean, other, s))) for s in sets])
+    torch.testing.assert_close(got, want.float(), atol=1e-5, rtol=1e-5)
+
+
+def test_all_edges_give_the_corrupted_run_and_none_the_clean_run():
+    model = random_model(FOUR, seed=7)
+    clean, corrupted = tokens(FOUR, 8), tokens(FOUR, 9)
+    g = Graph(FOUR)
+    out = patch_edges(
+        model, clean, corrupted, [[], g.edge_names, torch.ones(g.n_edges, dtype=torch.bool)], progress=False
+    )
+    torch.testing.assert_close(out[0], model(clean), atol=1e-10, rtol=1e-10)
+    torch.testing.assert_close(out[1], model(corrupted), atol=1e-10, rtol=1e-10)
+    torch.testing.assert_close(out[2], model(corrupted), atol=1e-10, rtol=1e-10)
+
+
+def test_float32_model_matches_to_1e_5():
+    model = random_model(FOUR, seed=2, dtype=torch.float32)
+    clean, corrupted = tokens(FOUR, 3), tokens(FOUR, 4)
+    g = Graph(FOUR)
+    sets = [[g.edge_names[i]] for i in range(0, g.n_edges, 97)] + [g.edge_names[::3]]
+    got = patch_edges(model, clean, corrupted, sets, progress=False)
+    other = sender_values(model, corrupted)
+    for i, s in enumerate(sets):
+        torch.testing.assert_close(got[i], brute_patch(model, clean, other, s), atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("ablation", ["zero", "mean", "resample"])
+def test_ablations_match_brute_force(ablation):
+    model = random_model(TWO, seed=4)
+    clean = tokens(TWO, 5, (4, 6))
+    g = Graph(TWO)
+    sets = [g.edge_names[::5], ["a0.h1 -> a1.h0<k>"], ["m1 -> logits", "input -> m0"]]
+    got = patch_edges(model, clean, ablation, sets, seed=3, progress=False)
+    values = sender_values(model, clean)
+    if ablation == "zero":
+        other = {k: torch.zeros_like(v) for k, v in values.items()}
+    elif ablation == "mean":
+        other = {k: v.mean(0, keepdim=True).expand_as(v) for k, v in values.items()}
+    else:  # every prompt takes another prompt's outputs: find which from one set's result
+        for perm in _derangements(4):
+            other = {k: v[perm] for k, v in values.items()}
+            if torch.allclose(got[0], brute_patch(model, clean, other, sets[0]), atol=1e-8):
+                break
+        else:
+            pytest.fail("the resample ablation matches no permutation of the batch without a fixed point")
+    for i, s in enumerate(sets):
+        torch.testing.assert_close(got[i], brute_patch(model, clean, other, s), atol=1e-8, rtol=1e-8)
+    again = patch_edges(model, clean, ablation, sets, seed=3, progress=False)
+    torch.testing.assert_close(again, got, atol=0, rtol=0)  # seeded
+
+
+def _derangements(n: int) -> list[list[int]]:
+    import itertools
+
+    return [list(p) for p in itertools.permutations(range(n)) if all(p[i] != i for i in range(n))]
+
+
+def test_mean_ablation_over_reference_tokens():
+    model = random_model(TWO, seed=4)
+    clean, ref = tokens(TWO, 5, (2, 6)), tokens(TWO, 6, (5, 6))
+    s = ["a0.h2 -> a1.h1<v>", "a1.h0 -> logits"]
+    got = patch_edges(model, clean, "mean", [s], reference=ref, progress=False)
+    other = {k: v.mean(0, keepdim=True).expand(2, -1, -1) for k, v in sender_values(model, ref).items()}
+    torch.testing.assert_close(got[0], brute_patch(model, clean, other, s), atol=1e-8, rtol=1e-8)
+
+
+def test_results_do_not_depend_on_batch_size_and_flags_come_back():
+    model = random_model(FOUR, seed=1)
+    clean, corrupted = tokens(FOUR, 1), tokens(FOUR, 2)
+    g = Graph(FOUR)
+    sets = [[g.edge_names[i]] for i in range(0, g.n_edges, 37)]
+    a = patch_edges(model, clean, corrupted, sets, metric, batch_size=1, progress=False)
+    b = patch_edges(model, clean, corrupted, sets, metric, progress=False)
+    torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-6)
+    cfg = model.cfg
+    assert not (cfg.use_split_qkv_input or cfg.use_hook_mlp_in or cfg.use_attn_result)
+
+    def failing(logits: torch.Tensor) -> torch.Tensor:
+        raise RuntimeError("metric failed")
+
+    with pytest.raises(RuntimeError, match="metric failed"):
+        patch_edges(model, clean, corrupted, sets, failing, progress=False)
+    assert not (cfg.use_split_qkv_input or cfg.use_hook_mlp_in)
+    assert not any(hp.fwd_hooks for hp in model._all_hook_points)
+
+
+def test_a_users_hook_unbatches_with_a_warning_and_sees_single_runs():
+    model = random_model(TWO, seed=2)
+    clean, corrupted = tokens(TWO, 1), tokens(TWO, 2)
+    g = Graph(TWO)
+    sets = [[e] for e in g.edge_names[::9]]
+    want = patch_edges(model, clean, corrupted, sets, metric, progress=False)
+    seen = []
+    model.add_hook("blocks.1.hook_resid_pre", lambda x, hook: seen.append(x.shape[0]))
+    try:
+        with pytest.warns(UserWarning, match="forward hooks are attached"):
+            got = patch_edges(model, clean, corrupted, sets, metric, progress=False)
+    finally:
+        model.reset_hooks()
+    torch.testing.assert_close(got, want, atol=1e-8, rtol=1e-8)
+    assert set(seen) == {clean.shape[0]}
+
+
+# ----------------------------------------------------------------------------
+# path patching against the IOI paper's two-step procedure
+# ----------------------------------------------------------------------------
+def _reference_path_patch(model, clean, corrupted, senders, receivers):  # type: ignore[no-untyped-def]
+    """Step 1: cache both runs. Step 2: clean run with the senders' outputs from the corrupted run
+    and every other head and MLP frozen to the clean run; keep the receivers' inputs. Step 3:
+    clean run with the receivers' inputs set to those; the logits."""
+    n = model.cfg.n_layers
+    with all_flags(model), torch.no_grad():
+        _, cc = model.run_with_cache(clean)
+        _, xc = model.run_with_cache(corrupted)
+        hooks = []
+        for layer in range(n):
+
+            def heads(x, hook, layer=layer):  # type: ignore[no-untyped-def]
+                out = cc[f"blocks.{layer}.attn.hook_result"].clone()
+                for sl, sh in senders:
+                    if sl == layer:
+                        out[:, :, sh] = xc[f"blocks.{layer}.attn.hook_result"][:, :, sh]
+                return out
+
+            hooks += [(f"blocks.{layer}.attn.hook_result", heads)]
+            hooks += [(f"blocks.{layer}.hook_mlp_out", lambda x, hook: cc[hook.name])]
+        kept = {}
+        for rl, rh, c in receivers:
+            hooks.append(
+                (
+                    f"blocks.{rl}.hook_{c}_input",
+                    lambda x, hook, key=(rl, rh, c): kept.__setitem__(key, x[:, :, key[1]].clone()),
+                )
+            )
+        model.run_with_hooks(clean, fwd_hooks=hooks)
+
+        def setter(key):  # type: ignore[no-untyped-def]
+            def fn(x, hook):  # type: ignore[no-untyped-def]
+                x = x.clone()
+                x[:, :, key[1]] = kept[key]
+                return x
+
+            return fn
+
+        return model.run_with_hooks(clean, fwd_hooks=[(f"blocks.{k[0]}.hook_{k[2]}_input", setter(k)) for k in kept])
+
+
+def test_path_patching_matches_the_two_step_procedure():
+    cfg = Config(n_layers=3, d_model=36, n_heads=3, d_vocab=60, n_ctx=16)
+    model = random_model(cfg, seed=5)
+    clean, corrupted = tokens(cfg, 1, (3, 6)), tokens(cfg, 2, (3, 6))
+    # Chained receivers: a1.h0's value input and a2.h1's query (a1.h0 is upstream of a2.h1).
+    receivers = [(1, 0, "v"), (2, 1, "q"), (2, 2, "k")]
+    senders = [(0, 0), (0, 2), (1, 1), [(0, 1), (1, 2)]]
+    got = path_patch(model, clean, corrupted, senders, receivers, progress=False)
+    for i, s in enumerate(senders):
+        group = s if isinstance(s, list) else [s]
+        want = _reference_path_patch(model, clean, corrupted, group, receivers)
+        torch.testing.assert_close(got[i], want, atol=1e-8, rtol=1e-8)
+    named = path_patch(model, clean, corrupted, ["a0.h0"], ["a1.h0<v>", "a2.h1<q>", "a2.h2<k>"], metric, progress=False)
+    assert float(named[0]) == pytest.approx(float(metric(got[0])), abs=1e-6)
+    assert not (model(clean) - got[0]).abs().max() < 1e-6  # the patch did something
+
+
+# ----------------------------------------------------------------------------
+# bad input
+# ----------------------------------------------------------------------------
+def test_bad_inputs_say_what_was_expected():
+    model = random_model(TWO)
+    clean = tokens(TWO, 1)
+    with pytest.raises(ValueError, match="corrupted_tokens has shape"):
+        patch_edges(model, clean, tokens(TWO, 2, (2, 5)), [["m0 -> logits"]], progress=False)
+    with pytest.raises(ValueError, match="must return a scalar"):
+        patch_edges(model, clean, tokens(TWO, 2), [["m0 -> logits"]], lambda lg: lg[:, -1, 0], progress=False)
+    with pytest.raises(KeyError, match="did you mean .*'m0'"):
+        patch_edges(model, clean, tokens(TWO, 2), [["mo -> logits"]], progress=False)
+    with pytest.raises(TypeError, match="wrap a single set in a list"):
+        patch_edges(model, clean, tokens(TWO, 2), "m0 -> logits", progress=False)
+    with pytest.raises(ValueError, match="resample ablation needs at least 2 prompts"):
+        patch_edges(model, clean[:1], "resample", [["m0 -> logits"]], progress=False)
+    with pytest.raises(ValueError, match=r"the input must be 'q', 'k' or 'v'"):
+        path_patch(model, clean, tokens(TWO, 2), [(0, 0)], [(1, 0, "z")], progress=False)
+    with pytest.raises(ValueError, match="layers are 0..1"):
+        path_patch(model, clean, tokens(TWO, 2), [(2, 0)], [(1, 0, "q")], progress=False)
+    with pytest.raises(KeyError, match="did you mean"):
+        path_patch(model, clean, tokens(TWO, 2), ["a0.h9"], ["logits"], progress=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        patch_edges(model, clean, tokens(TWO, 2), [["m0 -> logits"]], progress=False)  # no warning without user hooks
+
+
+def test_logit_positions_unembed_only_what_the_metric_reads():
+    model = random_model(FOUR, seed=6)
+    clean, corrupted = tokens(FOUR, 1), tokens(FOUR, 2)
+    g = Graph(FOUR)
+    sets = [[e] for e in g.edge_names[::41]] + [g.edge_names[::2]]
+
+    def last(logits: torch.Tensor) -> torch.Tensor:
+        return logits[:, -1, 3].mean() - logits[:, -1, 5].mean()
+
+    full = patch_edges(model, clean, corrupted, sets, progress=False)
+    fast = patch_edges(model, clean, corrupted, sets, logit_positions=-1, progress=False)
+    torch.testing.assert_close(fast[:, :, -1], full[:, :, -1], atol=1e-10, rtol=1e-10)
+    clean_logits = model(clean).detach()
+    torch.testing.assert_close(fast[:, :, :-1], clean_logits[None, :, :-1].expand_as(fast[:, :, :-1]))
+    assert (full[:, :, :-1] - clean_logits[:, :-1]).abs().max() > 1e-3  # so the check above can fail
+    a = patch_edges(model, clean, corrupted, sets, last, logit_positions=[-1], progress=False)
+    torch.testing.assert_close(a, torch.stack([last(x) for x in full]).float(), atol=1e-6, rtol=1e-6)
+    with pytest.raises(ValueError, match="logit_positions=6 is out of range"):
+        patch_edges(model, clean, corrupted, sets, last, logit_positions=[6], progress=False)
