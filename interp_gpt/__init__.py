@@ -8,9 +8,9 @@ Example:
 """
 
 # transformer-lens' module names: `from interp_gpt import evals, head_detector` ports unchanged.
+from . import circuits  # noqa: F401 (interp_gpt.circuits: the edge graph, edge / path patching, EAP)
 from . import evals as evals
 from . import head_detector as head_detector
-from . import circuits  # noqa: F401 (interp_gpt.circuits: the edge graph, edge / path patching, EAP)
 from .cache import ActivationCache
 from .compare import (
     ComparisonReport,
