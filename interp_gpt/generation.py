@@ -184,7 +184,10 @@ class GenerationMixin(TextMixin):
                 break
         if return_type == "tokens" or (return_type == "input" and isinstance(input, Tensor)):
             return out
-        texts = [self.tokenizer.decode(row[m.bool()].tolist()) for row, m in zip(out, mask, strict=True)]  # type: ignore[union-attr]
+        # Special tokens (the BOS prepended to the prompt, an EOS that ended it) are left out of the text,
+        # as transformer-lens does.
+        tok = self.tokenizer
+        texts = [tok.decode(row[m.bool()].tolist(), skip_special_tokens=True) for row, m in zip(out, mask, strict=True)]  # type: ignore[union-attr]
         return texts[0] if isinstance(input, str) else texts
 
     @staticmethod

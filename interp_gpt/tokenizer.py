@@ -122,9 +122,9 @@ class Tokenizer:
         self._check_alphabet(text)
         return self.backend.encode(text, add_special_tokens=False).ids
 
-    def decode(self, ids: int | Sequence[int] | Int[torch.Tensor, " pos"]) -> str:
-        """The text of a token id or a sequence of them; special tokens are kept as text.
-        (One id, as Hugging Face's tokenizers take it, so transformer-lens' helpers run.)
+    def decode(self, ids: int | Sequence[int] | Int[torch.Tensor, " pos"], *, skip_special_tokens: bool = False) -> str:
+        """The text of a token id or a sequence of them; special tokens are kept as text unless
+        `skip_special_tokens` (Hugging Face's flag). One id works too, as Hugging Face takes it.
 
         Example:
             >>> gpt2_tokenizer().decode([15496, 995]), gpt2_tokenizer().decode(995)
@@ -134,7 +134,7 @@ class Tokenizer:
             raise TypeError("decode: ids must be a token id or a sequence of them, got bool")
         if isinstance(ids, (int, numbers.Integral)) or (isinstance(ids, torch.Tensor) and ids.dim() == 0):
             ids = [int(ids)]
-        return self.backend.decode(self._check_ids(ids, "decode"), skip_special_tokens=False)
+        return self.backend.decode(self._check_ids(ids, "decode"), skip_special_tokens=bool(skip_special_tokens))
 
     def decode_each(self, ids: Sequence[int] | Int[torch.Tensor, " pos"]) -> list[str]:
         """One string per token, each decoded on its own (transformer-lens' `to_str_tokens`).
@@ -183,7 +183,9 @@ class Tokenizer:
         tokens = [str(self.backend.id_to_token(i)) for i in checked]
         return tokens[0] if one else tokens
 
-    def batch_decode(self, sequences: Sequence[Sequence[int]] | torch.Tensor) -> list[str]:
+    def batch_decode(
+        self, sequences: Sequence[Sequence[int]] | torch.Tensor, *, skip_special_tokens: bool = False
+    ) -> list[str]:
         """`decode` of each row of a 2-D tensor or of a list of id lists."""
         if isinstance(sequences, torch.Tensor) and sequences.dim() != 2:
             raise ValueError(f"batch_decode: sequences must be 2-D, got a tensor of shape {tuple(sequences.shape)}")
@@ -191,7 +193,7 @@ class Tokenizer:
             raise TypeError(
                 f"batch_decode: sequences must be a list of id lists or a 2-D tensor, got {sequences!r:.60}"
             )
-        return [self.decode(row) for row in sequences]
+        return [self.decode(row, skip_special_tokens=skip_special_tokens) for row in sequences]
 
     def __call__(
         self,

@@ -173,3 +173,14 @@ def test_download_resolves_aliases(monkeypatch: pytest.MonkeyPatch, tmp_path: Pa
 
     monkeypatch.setattr(huggingface_hub, "snapshot_download", fake_snapshot)
     assert _download("distil-gpt2") == tmp_path and asked == ["distilgpt2"]
+
+
+def test_decode_skip_special_tokens_as_hugging_face(gpt2_vocab_dir: Path) -> None:
+    tok, hf = gpt2_tokenizer(gpt2_vocab_dir), _hf_tokenizer(gpt2_vocab_dir)
+    ids = [50256, 15496, 995, 50256, 0]
+    for skip in (False, True):
+        assert tok.decode(ids, skip_special_tokens=skip) == hf.decode(ids, skip_special_tokens=skip)
+        assert tok.batch_decode([ids, ids[1:]], skip_special_tokens=skip) == hf.batch_decode(
+            [ids, ids[1:]], skip_special_tokens=skip
+        )
+    assert "<|endoftext|>" not in tok.decode(ids, skip_special_tokens=True)
