@@ -371,14 +371,15 @@ fig
 # %% [markdown]
 # ## What we found
 #
-# Reading the weights alone: the previous-token head's positional QK circuit attends to the
-# previous position; the heads with the strongest K-composition from it, well above the
-# random baseline, are later heads whose full OV circuits copy (positive eigenvalues). The
-# model's behaviour agrees: those are the heads with the top induction scores, and ablating
-# the previous-token head raises the induction loss far more than ablating its neighbours.
+# On `tiny-gpt2`, reading the weights alone: the previous-token head's positional QK circuit
+# attends to the previous position (0.48 on average, from the weights; 0.63 measured); two
+# layer-1 heads have K-composition with it about twice the random baseline, and both copy
+# (positive copying scores). The model's behaviour agrees: those two are the heads with the top
+# induction scores (0.86 each; the other two score under 0.02), and ablating the previous-token
+# head raises the induction loss from 0.23 to over 8, far more than ablating any other head of
+# its layer. (With `MODEL_NAME = "gpt2"` the same cells run; read their numbers afresh.)
 #
-# Every call above is transformer-lens' (`model.OV`, `model.QK`, `FactoredMatrix`,
-# `.eigenvalues`, `.AB`, `model.all_composition_scores`, `utils.composition_scores`,
-# `utils.get_act_name`, `run_with_cache`, `run_with_hooks`): with
-# `from transformer_lens import HookedTransformer, FactoredMatrix, utils` this notebook's
-# analysis would read the same (see the README's "Coming from transformer-lens").
+# The weight-reading calls above are transformer-lens' (`model.OV`, `model.QK`,
+# `FactoredMatrix`, `.eigenvalues`, `.AB`, `model.all_composition_scores`,
+# `utils.composition_scores`) and run unchanged on its `HookedTransformer`: see the README's
+# "Coming from transformer-lens" and `tests/test_port.py`.
