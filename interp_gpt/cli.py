@@ -6,6 +6,7 @@
     interp-gpt lens      [MODEL] PROMPT [--top N]
     interp-gpt heads     [MODEL] [--top N]
     interp-gpt compare   [MODEL] [--prompt TEXT] [--unprocessed] [--per-layer] [--json]
+    interp-gpt harvest   --hook NAME --data PATH --out DIR --n-tokens N [--model MODEL] [...]
 
 MODEL is `tiny-gpt2` (the default: the small model shipped inside the package, so every
 command runs offline), a hub id (gpt2, gpt2-medium, ...), a local folder or weights file,
@@ -447,6 +448,22 @@ def _add_compare(sub: Any) -> None:
     p.set_defaults(func=_cmd_compare)
 
 
+def _add_harvest(sub: Any) -> None:
+    from .activation_store import add_arguments, run  # the options live beside the store
+
+    p = _subcommand(
+        sub,
+        "harvest",
+        "write a model's activations at chosen hooks over a text corpus to safetensors shards",
+        "Stream the text through the model and write the activations at each --hook to shuffled safetensors "
+        "shards plus manifest.json (resumable: run it again on the same --out; under torchrun each rank writes "
+        "its own shards). See interp_gpt.store.",
+        ["--hook blocks.1.hook_resid_pre --data data/corpus --out acts --n-tokens 1000000"],
+    )
+    add_arguments(p)
+    p.set_defaults(func=run)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The `interp-gpt` parser and its subcommands (each with --help and examples)."""
     parser = _Parser(
@@ -457,7 +474,7 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="SUBCOMMAND")
-    for add in (_add_generate, _add_attention, _add_lens, _add_heads, _add_compare):
+    for add in (_add_generate, _add_attention, _add_lens, _add_heads, _add_compare, _add_harvest):
         add(sub)
     return parser
 

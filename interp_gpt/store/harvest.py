@@ -1,0 +1,361 @@
+"""Harvest activations to safetensors shards: resumable, and split across torch.distributed ranks.
+
+Layout of `out_dir`:
+
+    shard-r000-000000.safetensors   rank 0's first shard: one tensor per hook [rows, d_in] plus
+                                    `tokens` [rows] (int32 ids) and `token_index` [rows] (int64:
+                                    window * context_size + position, the row's place in the data)
+    progress-r000.json              rank 0's finished shards (written after each; gone at the end)
+    manifest.json                   written last, by rank 0 once every rank is done
+
+Order and determinism. Window `i` of the data (see text.py) goes to rank `i % world_size`; a
+rank's windows fill its shards in order, `shard_tokens // context_size` windows a shard. With
+`shuffle` a shard's rows are permuted by a generator seeded from (seed, rank, shard), so a shard
+depends on nothing but its own windows: a harvest killed half-way (an error, Ctrl-C, SIGKILL)
+resumes after the last shard its progress file records and writes the same bytes an
+uninterrupted harvest would. Without `shuffle` rows are in data order; in either case sorting
+all rows by `token_index` gives the single-process, unshuffled harvest, whatever the world size.
+Memory: two shards (one filling, one on its way to disk); each row is written straight to its
+place in the file's bytes (shardfile.py), so shuffling and serialising copy nothing.
+
+Files go through `interp_gpt.files` (whole or not at all). The manifest records the hooks, d_in,
+dtype, tokens per shard and sha256 of each, the text's sha256, and the model's and tokenizer's
+identity; a folder holding a harvest with another configuration is refused, naming what differs.
+
+    >>> harvest(store, "acts/", n_tokens=1_000_000, shard_tokens=65_536)
+    >>> acts = load_harvest("acts/")["blocks.1.hook_resid_pre"]
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import load_file
+from torch import Tensor
+from tqdm.auto import tqdm  # type: ignore[import-untyped]
+
+from ..checks import check_int_in_range
+from ..files import atomic_path, write_atomic
+from .shardfile import ShardBuffer
+from .text import describe_data
+
+__all__ = ["harvest", "load_harvest", "iter_shards", "FORMAT"]
+
+FORMAT = "interp_gpt.activations/1"
+MANIFEST = "manifest.json"
+
+
+def _sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(1 << 22):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _identity(store: Any) -> dict[str, Any]:
+    """What the shards depend on, besides the data: compared on resume and in an existing folder."""
+    model, tok = store.model, store.model.tokenizer
+    weights = hashlib.sha256()
+    for name, t in sorted(model.state_dict().items()):
+        weights.update(name.encode())
+        weights.update(t.detach().cpu().contiguous().view(-1).view(torch.uint8).numpy().tobytes())
+    backend = getattr(tok, "backend", None)
+    tok_text = backend.to_str() if backend is not None else repr(tok)
+    return {
+        "hooks": store.hooks,
+        "context_size": store.context_size,
+        "prepend_bos": store.prepend_bos,
+        "batch_size": store.batch_size,
+        "shuffle": store.shuffle,
+        "seed": store.seed,
+        "dtype": str(store.dtype).removeprefix("torch."),
+        "world_size": store.world_size,
+        "model": {"name": store.cfg.model_name, "weights_sha256": weights.hexdigest()},
+        "tokenizer": {
+            "name": getattr(tok, "name", None),
+            "vocab_size": int(tok.vocab_size),
+            "bos_token_id": int(tok.bos_token_id),
+            "sha256": hashlib.sha256(tok_text.encode()).hexdigest(),
+        },
+        "data": describe_data(store.data),
+    }
+
+
+def _differences(old: dict[str, Any], new: dict[str, Any], prefix: str = "") -> list[str]:
+    out = []
+    for key in sorted(set(old) | set(new)):
+        a, b = old.get(key), new.get(key)
+        if isinstance(a, dict) and isinstance(b, dict):
+            out += _differences(a, b, f"{prefix}{key}.")
+        elif a != b:
+            out.append(f"{prefix}{key}: {a!r} there, {b!r} here")
+    return out
+
+
+def _check_folder(out: Path, config: dict[str, Any]) -> dict[str, Any] | None:
+    """Refuse a folder that holds something else; return its manifest if the same harvest is complete."""
+    if out.exists() and not out.is_dir():
+        raise NotADirectoryError(f"out_dir: {str(out)!r} is a file; expected a folder (new or holding this harvest)")
+    if not out.exists():
+        return None
+    recorded = [out / MANIFEST] if (out / MANIFEST).exists() else sorted(out.glob("progress-r*.json"))
+    for path in recorded:
+        try:
+            old = json.loads(path.read_text(encoding="utf-8"))["config"]
+        except (ValueError, KeyError) as e:
+            raise ValueError(f"out_dir: {str(path)!r} is not a harvest record ({e}); choose another folder") from None
+        diff = _differences(old, config)
+        if diff:
+            raise ValueError(
+                f"out_dir: {str(out)!r} holds a harvest with a different configuration ({'; '.join(diff)}); "
+                "choose another folder or delete it"
+            )
+    if (out / MANIFEST).exists():
+        return dict(json.loads((out / MANIFEST).read_text(encoding="utf-8")))
+    ours = {p.name for p in out.iterdir() if p.name.startswith(("shard-r", "progress-r", "."))}
+    others = sorted(p.name for p in out.iterdir() if p.name not in ours)
+    if others:
+        raise ValueError(
+            f"out_dir: {str(out)!r} is not empty and holds no harvest (found {', '.join(others[:3])}); "
+            "choose a new or empty folder"
+        )
+    return None
+
+
+def _shard_seed(seed: int, rank: int, shard: int) -> int:
+    return int.from_bytes(hashlib.sha256(f"{seed}/{rank}/{shard}".encode()).digest()[:8], "little") >> 1
+
+
+def _barrier() -> None:
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+
+
+def _gather(obj: Any, world_size: int) -> list[Any]:
+    if world_size == 1:
+        return [obj]
+    import torch.distributed as dist
+
+    out: list[Any] = [None] * world_size
+    dist.all_gather_object(out, obj)
+    return out
+
+
+class _NoBar:
+    def update(self, n: int) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def _new_shard(store: Any, rows: int, rank: int, k: int) -> ShardBuffer:
+    """Shard `k` of `rank`: each hook's activations, `tokens`, `token_index`; permuted by its own seed."""
+    columns: dict[str, tuple[torch.dtype, tuple[int, ...]]] = {h: (store.dtype, (d,)) for h, d in store.d_in.items()}
+    columns |= {"tokens": (torch.int32, ()), "token_index": (torch.int64, ())}
+    gen = torch.Generator().manual_seed(_shard_seed(store.seed, rank, k))
+    perm = torch.randperm(rows, generator=gen) if store.shuffle else None
+    return ShardBuffer(columns, rows, perm, {"format": FORMAT})
+
+
+def _add_rows(store: Any, shard: ShardBuffer, window_ids: list[int], tokens: Tensor) -> None:
+    """Run the windows `tokens` [batch, ctx] and put their rows in `shard`."""
+    cols = store.activations(tokens)
+    pos = torch.arange(tokens.shape[1])
+    cols["tokens"] = tokens.reshape(-1).to(torch.int32)
+    cols["token_index"] = (torch.tensor(window_ids)[:, None] * tokens.shape[1] + pos).reshape(-1)
+    shard.add(cols)
+
+
+def harvest(
+    store: Any,
+    out_dir: Any,
+    n_tokens: int,
+    shard_tokens: int = 1 << 20,
+    *,
+    progress: bool = True,
+    on_shard: Callable[[dict[str, Any]], None] | None = None,
+) -> dict[str, Any]:
+    """Write the activations of the first `n_tokens` tokens of `store`'s data (rounded down to whole
+    windows) to shards of `shard_tokens` rows (rounded down to whole windows) in `out_dir`, then
+    `manifest.json`; returns the manifest. Run again on the same folder it resumes (or returns at
+    once when complete). Under torchrun each rank writes its own shards; call it on every rank.
+
+    `on_shard(record)` is called after each shard is on disk and recorded.
+
+    Example:
+        >>> store = ActivationStore(model, "blocks.1.hook_resid_pre", "data/corpus", context_size=128)
+        >>> manifest = harvest(store, "acts/", n_tokens=1 << 20, shard_tokens=1 << 16)
+    """
+    ctx = store.context_size
+    n_tokens = check_int_in_range(n_tokens, "n_tokens", ctx, None, f"n_tokens (at least one window of {ctx})")
+    shard_tokens = check_int_in_range(shard_tokens, "shard_tokens", ctx, None, f"shard_tokens (at least {ctx})")
+    n_windows, per_shard = n_tokens // ctx, shard_tokens // ctx
+    rank, world = store.rank, store.world_size
+    out = Path(out_dir)
+    config = {**_identity(store), "n_tokens": n_tokens, "shard_tokens": shard_tokens}
+    done_manifest = _check_folder(out, config)
+    _barrier()
+    if done_manifest is not None:
+        return done_manifest
+    out.mkdir(parents=True, exist_ok=True)
+    for stale in out.glob(f".shard-r{rank:03d}-*.tmp"):  # left by a killed writer
+        stale.unlink(missing_ok=True)
+    progress_path = out / f"progress-r{rank:03d}.json"
+    records: list[dict[str, Any]] = []
+    if progress_path.exists():
+        records = json.loads(progress_path.read_text(encoding="utf-8"))["shards"]
+        for r in records:
+            path = out / r["file"]
+            if not path.exists() or _sha256_file(path) != r["sha256"]:
+                raise ValueError(
+                    f"out_dir: shard {str(path)!r} is missing or differs from its record; delete the folder"
+                )
+    skip = len(records) * per_shard  # this rank's windows already on disk
+    mine = len(range(rank, n_windows, world))
+    bar = _NoBar()
+    if progress and rank == 0:  # tqdm shows tokens/s; the other ranks go at the same pace
+        bar = tqdm(total=mine * ctx, initial=skip * ctx, desc="harvest", unit="tok", unit_scale=True)
+
+    # Shards are shuffled, serialised, hashed and written by one thread while the next one fills;
+    # one at a time, in order, so the progress file only ever lists a prefix of the shards.
+    writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="harvest-writer")
+    pending: list[Future[None]] = []
+
+    def write(shard: ShardBuffer, k: int, first: int, digest: str) -> None:
+        name = f"shard-r{rank:03d}-{k:06d}.safetensors"
+        data = shard.view()
+        with atomic_path(out / name) as tmp, open(tmp, "wb") as f:
+            f.write(data)
+        rec = {"file": name, "rank": rank, "index": k, "n_tokens": shard.n, "first_window": first}
+        rec |= {"sha256": hashlib.sha256(data).hexdigest(), "data_sha256": digest}
+        records.append(rec)
+        write_atomic(progress_path, json.dumps({"config": config, "shards": records}, indent=1))
+        if on_shard is not None:
+            on_shard(rec)
+
+    def wait() -> None:
+        while pending:
+            pending.pop().result()  # a failed write (or on_shard) raises here
+
+    def finish(shard: ShardBuffer, first: int, k: int) -> None:
+        if shard.n < shard.rows:  # the last shard, cut short: a file of its own size, permuted by the same seed
+            short = _new_shard(store, shard.n, rank, k)
+            short.add(shard.in_data_order())
+            shard = short
+        wait()
+        pending.append(writer.submit(write, shard, k, first, store.windows.digest))
+
+    try:
+        shard: ShardBuffer | None = None
+        k = len(records)  # the next shard's number
+        ids: list[int] = []
+        rows: list[Tensor] = []
+        first = 0
+        local = n_seen = -1
+        for i, window in enumerate(store.windows):
+            n_seen = i
+            if i >= n_windows:
+                break
+            if i % world != rank:
+                continue
+            local += 1
+            if local < skip:
+                if local == skip - 1 and store.windows.digest != records[-1]["data_sha256"]:
+                    raise ValueError(
+                        f"data: the text differs from what the interrupted harvest in {str(out)!r} read "
+                        "(sha256 of the text so far); resume with the same data or choose another folder"
+                    )
+                continue
+            if shard is None:
+                shard, first = _new_shard(store, per_shard * ctx, rank, k), i
+            ids.append(i)
+            rows.append(window)
+            full = (local + 1) % per_shard == 0
+            if len(rows) == store.batch_size or full:
+                _add_rows(store, shard, ids, torch.stack(rows))
+                bar.update(len(rows) * ctx)
+                ids, rows = [], []
+            if full:
+                finish(shard, first, k)
+                shard, k = None, k + 1
+        if rows:
+            assert shard is not None
+            _add_rows(store, shard, ids, torch.stack(rows))
+            bar.update(len(rows) * ctx)
+        if shard is not None and shard.n:
+            finish(shard, first, k)
+        wait()
+    finally:
+        writer.shutdown(wait=True)  # a shard on its way is finished, even on an error
+    bar.close()
+    if n_seen < 0:
+        raise ValueError(f"data: no window of context_size={ctx} tokens could be made from it (empty or too short)")
+    exhausted = local + 1 < mine
+    mine_state = {"shards": records, "data_sha256": store.windows.digest, "exhausted": exhausted}
+    everyone = _gather(mine_state, world)
+    manifest: dict[str, Any] = {}
+    if rank == 0:
+        shards = [r for s in everyone for r in s["shards"]]
+        manifest = {
+            "format": FORMAT,
+            "config": config,
+            "hooks": store.hooks,
+            "d_in": store.d_in,
+            "dtype": config["dtype"],
+            "n_tokens": sum(r["n_tokens"] for r in shards),
+            "data_sha256": everyone[0]["data_sha256"],
+            "data_exhausted": any(s["exhausted"] for s in everyone),
+            "columns": {"tokens": "int32 token ids", "token_index": "int64 window * context_size + position"},
+            "shards": shards,
+        }
+        write_atomic(out / MANIFEST, json.dumps(manifest, indent=1))
+        for p in out.glob("progress-r*.json"):
+            p.unlink()
+    _barrier()
+    if rank != 0:
+        manifest = json.loads((out / MANIFEST).read_text(encoding="utf-8"))
+    return manifest
+
+
+def iter_shards(out_dir: Any, verify: bool = True) -> Iterator[dict[str, Tensor]]:
+    """Each shard of a finished harvest as a dict of tensors, in the manifest's order; with `verify`
+    a shard whose sha256 differs from the manifest's is refused by name.
+
+    Example:
+        >>> for shard in iter_shards("acts/"):
+        ...     x = shard["blocks.1.hook_resid_pre"]
+    """
+    out = Path(out_dir)
+    if not (out / MANIFEST).exists():
+        raise FileNotFoundError(f"out_dir: {str(out)!r} has no {MANIFEST} (not a finished harvest)")
+    manifest = json.loads((out / MANIFEST).read_text(encoding="utf-8"))
+    for rec in manifest["shards"]:
+        path = out / rec["file"]
+        if verify and _sha256_file(path) != rec["sha256"]:
+            raise ValueError(f"{str(path)!r}: sha256 differs from the manifest's; the shard is damaged")
+        yield load_file(str(path))
+
+
+def load_harvest(out_dir: Any, sort: bool = False, verify: bool = True) -> dict[str, Tensor]:
+    """A finished harvest's shards joined into one dict of tensors (for harvests that fit in memory);
+    with `sort`, rows in data order (by `token_index`), the same whatever the world size or shuffle.
+
+    Example:
+        >>> acts = load_harvest("acts/", sort=True)["blocks.1.hook_resid_pre"]    # [n_tokens, d_in]
+    """
+    shards = list(iter_shards(out_dir, verify))
+    joined = {k: torch.cat([s[k] for s in shards]) for k in shards[0]}
+    if sort:
+        order = torch.argsort(joined["token_index"])
+        joined = {k: v[order] for k, v in joined.items()}
+    return joined
