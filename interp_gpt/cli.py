@@ -7,6 +7,7 @@
     interp-gpt heads     [MODEL] [--top N]
     interp-gpt compare   [MODEL] [--prompt TEXT] [--unprocessed] [--per-layer] [--json]
     interp-gpt harvest   --hook NAME --data PATH --out DIR --n-tokens N [--model MODEL] [...]
+    interp-gpt features  MODEL SAE --feature N [--data PATH] [--html PAGE.html]
 
 MODEL is `tiny-gpt2` (the default: the small model shipped inside the package, so every
 command runs offline), a hub id (gpt2, gpt2-medium, ...), a local folder or weights file,
@@ -464,6 +465,21 @@ def _add_harvest(sub: Any) -> None:
     p.set_defaults(func=run)
 
 
+def _add_features(sub: Any) -> None:
+    from .sae.features import add_arguments, run  # the options live beside the feature report
+
+    p = _subcommand(
+        sub,
+        "features",
+        "show one SAE feature: its top-activating contexts, activation histogram and the tokens it promotes",
+        "Run the model over text (default: the validation tail of data/corpus), encode the activations at the "
+        "SAE's hook and print what one feature does. SAE is a folder in SAELens' format or tiny-gpt2-sae.",
+        ["tiny-gpt2 tiny-gpt2-sae --feature 3", "tiny-gpt2 tiny-gpt2-sae --feature 3 --html feature3.html"],
+    )
+    add_arguments(p)
+    p.set_defaults(func=run)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The `interp-gpt` parser and its subcommands (each with --help and examples)."""
     parser = _Parser(
@@ -474,7 +490,7 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="SUBCOMMAND")
-    for add in (_add_generate, _add_attention, _add_lens, _add_heads, _add_compare, _add_harvest):
+    for add in (_add_generate, _add_attention, _add_lens, _add_heads, _add_compare, _add_harvest, _add_features):
         add(sub)
     return parser
 
