@@ -52,12 +52,16 @@ def test_feature_page_in_headless_chromium(browser: DevTools, tmp_path: Path) ->
         " && document.querySelectorAll('.js-plotly-plot .bars path, .js-plotly-plot .point path').length > 0"
     )
     browser.settle(0.5)
-    shown = browser.js("[...document.querySelectorAll('#contexts .ctx')[0].querySelectorAll('.tok')].map(e => e.textContent)")
+    shown = browser.js(
+        "[...document.querySelectorAll('#contexts .ctx')[0].querySelectorAll('.tok')].map(e => e.textContent)"
+    )
     assert shown[: len(HOSTILE)] == [h.replace(" ", "␣") for h in HOSTILE]
     assert browser.js("document.querySelectorAll('#contexts img, #contexts b, #contexts script').length") == 0
     assert browser.js("document.querySelectorAll('#contexts .ctx').length") == 3
     # the top token is outlined, its value in its tooltip
-    titles = browser.js("[...document.querySelectorAll('#contexts .ctx')[1].querySelectorAll('.tok')].map(e => e.title)")
+    titles = browser.js(
+        "[...document.querySelectorAll('#contexts .ctx')[1].querySelectorAll('.tok')].map(e => e.title)"
+    )
     c1 = report.contexts[1]
     assert titles[c1["pos"]].endswith(f": {c1['max_act']:.3f}")
     inked, _ = colour_stats(browser.screenshot("#contexts"))

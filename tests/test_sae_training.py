@@ -23,7 +23,9 @@ def one_thread():  # type: ignore[no-untyped-def]
     torch.set_num_threads(n)
 
 
-def planted(n: int, d_in: int = 16, n_true: int = 24, p: float = 0.06, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+def planted(
+    n: int, d_in: int = 16, n_true: int = 24, p: float = 0.06, seed: int = 0
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Rows that are sparse non-negative mixtures of `n_true` unit directions (returned too)."""
     g = torch.Generator().manual_seed(seed)
     dirs = F.normalize(torch.randn(n_true, d_in, generator=g), dim=-1)

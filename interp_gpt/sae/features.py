@@ -96,7 +96,9 @@ def feature_report(
         raise ValueError("sae: its cfg.metadata.hook_name is not set; the report needs the hook it reads")
     model.hook_points([hook], arg="sae.cfg.metadata.hook_name")
     if not isinstance(tokens, Tensor) or tokens.ndim != 2:
-        raise ValueError(f"tokens: expected a tensor [batch, pos] of token ids, got {getattr(tokens, 'shape', tokens)!r}")
+        raise ValueError(
+            f"tokens: expected a tensor [batch, pos] of token ids, got {getattr(tokens, 'shape', tokens)!r}"
+        )
     stop = int(m.group(1)) + 1 if (m := re.match(r"blocks\.(\d+)\.", hook)) else None
     acts = []
     for i in tqdm(range(0, tokens.shape[0], batch_size), desc=f"feature {f}", disable=not progress):
@@ -128,7 +130,9 @@ def feature_report(
     up, down = logits.topk(n), (-logits).topk(n)
 
     def named(ids: list[int], values: list[float]) -> list[tuple[str, float]]:
-        return [(str(s), v) for s, v in zip(model.to_str_tokens(torch.tensor(ids), prepend_bos=False), values, strict=True)]
+        return [
+            (str(s), v) for s, v in zip(model.to_str_tokens(torch.tensor(ids), prepend_bos=False), values, strict=True)
+        ]
 
     return FeatureReport(
         feature=f,

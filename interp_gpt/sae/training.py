@@ -27,12 +27,11 @@ from __future__ import annotations
 
 import argparse
 import json
-
 import shlex
 import sys
 import time
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +40,7 @@ from torch import Tensor
 from tqdm.auto import tqdm  # type: ignore[import-untyped]
 
 from ..checks import check_float, check_int_in_range
-from .config import SAEConfig
+from .config import SAEConfig, SAEMetadata
 from .core import SAE
 
 __all__ = [
@@ -202,7 +201,7 @@ def evaluate_sae(model: Any, sae: SAE, tokens: Tensor, batch_size: int = 32) -> 
     ce = {"clean": 0.0, "spliced": 0.0, "zero": 0.0}
     sse = tss_sum = 0.0
     n_rows, l0_sum = 0, 0.0
-    x_sum = x_sq = None
+    x_sum = None
     fired = torch.zeros(sae.cfg.d_sae, dtype=torch.bool, device=sae.device)
 
     def zero(act: Tensor, hook: Any) -> Tensor:
@@ -311,7 +310,7 @@ class SAETrainer:
         self.topk = sae.cfg.architecture == "topk"
         self.normalize_decoder = self.topk if c.normalize_decoder is None else bool(c.normalize_decoder)
         self.optimizer = torch.optim.Adam(
-            [sae.W_enc, sae.W_dec, sae.b_enc, sae.b_dec], lr=c.lr, betas=tuple(c.adam_betas)
+            [sae.W_enc, sae.W_dec, sae.b_enc, sae.b_dec], lr=c.lr, betas=(c.adam_betas[0], c.adam_betas[1])
         )
         self.steps_since_fired = torch.zeros(sae.cfg.d_sae, dtype=torch.long, device=sae.device)
         self.n_steps = 0
@@ -388,12 +387,12 @@ class SAETrainer:
         loss.backward()
         if self.normalize_decoder and sae.W_dec.grad is not None:
             with torch.no_grad():  # keep the step tangent to the unit sphere of each decoder row
-                w, g = sae.W_dec, sae.W_dec.grad
-                g -= (g * w).sum(-1, keepdim=True) * w
+                w_dec, grad = sae.W_dec, sae.W_dec.grad
+                grad -= (grad * w_dec).sum(-1, keepdim=True) * w_dec
         self.optimizer.step()
         with torch.no_grad():
             if self.normalize_decoder:
-                sae.W_dec /= sae.W_dec.norm(dim=-1, keepdim=True)
+                sae.W_dec.div_(sae.W_dec.norm(dim=-1, keepdim=True))
             fired = (parts["feats"] > 0).any(0)
             self.steps_since_fired += 1
             self.steps_since_fired[fired] = 0
@@ -511,13 +510,13 @@ def run(args: argparse.Namespace, argv: Sequence[str] | None = None) -> dict[str
     batches = activation_batches(model, args.hook, train_texts, args.batch_size, args.context_size, args.seed)
     first = next(batches)
     d_in = d_in or int(first.shape[1])
-    metadata = {
-        "hook_name": args.hook,
-        "model_name": model.cfg.model_name,
-        "context_size": args.context_size,
-        "prepend_bos": True,
-        "dataset_path": str(args.data),
-    }
+    metadata = SAEMetadata(
+        hook_name=args.hook,
+        model_name=model.cfg.model_name,
+        context_size=args.context_size,
+        prepend_bos=True,
+        dataset_path=str(args.data),
+    )
     sae = SAE(
         SAEConfig(
             d_in=d_in,
@@ -578,5 +577,3 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
-
-
