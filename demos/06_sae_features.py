@@ -124,6 +124,10 @@ FEATURE = int((both * (density < 0.05)).argmax())
 report = feature_report(model, sae, val_tokens, FEATURE, n_contexts=6)
 print(format_feature(report))
 
+# %% [markdown]
+# The same report as plotly figures, and as one offline page (plotly.js inlined, token text escaped,
+# no request to any server) that opens in a browser.
+
 # %%
 figs = feature_figures(report)
 figs["histogram"].show()

@@ -40,3 +40,17 @@ def test_shipped_sae_metrics_on_the_validation_text_meet_the_targets_and_the_jso
     assert got["ce_loss_recovered"] >= 0.9
     for key in ("l0", "mse", "explained_variance", "ce_clean", "ce_spliced", "ce_zero_ablation", "ce_loss_recovered"):
         assert got[key] == pytest.approx(shipped["validation"][key], rel=1e-4, abs=1e-5), key
+
+
+def test_readme_features_example_runs(monkeypatch, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import re
+
+    text = (CORPUS.parent.parent / "README.md").read_text(encoding="utf-8")
+    body = text.split("\n## Training SAEs and seeing features\n", 1)[1].split("\n## ", 1)[0]
+    block = re.findall(r"```python\n(.*?)```", body, flags=re.S)[0]
+    monkeypatch.chdir(CORPUS.parent.parent)
+    namespace: dict = {}
+    exec(compile(block.replace("/tmp/feature185.html", str(tmp_path / "f.html")), "README.md", "exec"), namespace)
+    report = namespace["report"]
+    assert report.feature == 185 and report.contexts and report.contexts[0]["max_act"] > 0
+    assert (tmp_path / "f.html").is_file()

@@ -334,14 +334,14 @@ class SAETrainer:
         """The training loss on a batch `[n, d_in]` and its parts (mse, l1 or aux) and the features."""
         sae = self.sae
         sae_in = x - sae.b_dec * sae.cfg.apply_b_dec_to_input
-        hidden_pre = sae_in @ sae.W_enc + sae.b_enc
+        hidden_pre = torch.addmm(sae.b_enc, sae_in, sae.W_enc)  # sae_in @ W_enc + b_enc, one pass
         if self.topk:
             assert sae.cfg.k is not None
             values, indices = torch.topk(hidden_pre, k=sae.cfg.k, dim=-1, sorted=False)
             feats = torch.zeros_like(hidden_pre).scatter_(-1, indices, values.relu())
         else:
             feats = torch.relu(hidden_pre)
-        x_hat = feats @ sae.W_dec + sae.b_dec
+        x_hat = torch.addmm(sae.b_dec, feats, sae.W_dec)  # feats @ W_dec + b_dec
         mse = (x_hat - x).pow(2).sum(-1).mean()
         parts = {"mse": mse, "feats": feats.detach()}
         loss = mse
