@@ -200,3 +200,30 @@ def test_bad_trainer_input_is_refused_by_name() -> None:
         SAETrainer(toy_sae("standard")).train(iter([]), n_steps=0)
     with pytest.raises(ValueError, match="ran out"):
         SAETrainer(toy_sae("standard")).train(iter([torch.randn(4, 16)]), n_steps=3, progress=False)
+
+
+def test_train_sae_command_writes_a_loadable_sae_and_its_metrics(tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]
+    import json
+    from pathlib import Path
+
+    from interp_gpt.cli import main as cli_main
+    from interp_gpt.sae.training import main
+
+    corpus = Path(__file__).resolve().parent.parent / "data" / "corpus" / "tinyshakespeare_input.txt"
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "a.txt").write_text(corpus.read_text(encoding="utf-8")[:60_000], encoding="utf-8")
+    argv = ["--data", str(data), "--d-sae", "64", "--k", "4", "--batch-size", "512", "--n-tokens", "2048",
+            "--val-windows", "4", "--no-progress", "--out", str(tmp_path / "sae")]  # fmt: skip
+    assert main(argv) == 0
+    metrics = json.loads((tmp_path / "sae" / "metrics.json").read_text())
+    assert metrics["steps"] == 4 and metrics["train_tokens"] == 2048
+    assert metrics["command"].startswith("python -m interp_gpt.sae.training --data")
+    assert metrics["validation"]["l0"] <= 4 and metrics["validation"]["n_tokens"] == 4 * 128
+    sae = SAE.from_pretrained(tmp_path / "sae")
+    assert sae.cfg.k == 4 and sae.cfg.hook_name == HOOK
+    capsys.readouterr()
+    assert cli_main(["train-sae", *argv[:-1], str(tmp_path / "sae2")]) == 0
+    assert (tmp_path / "sae2" / "cfg.json").is_file()
+    assert main([*argv[:-1], str(tmp_path / "sae3"), "--hook", "blocks.1.hook_resid_pr"]) == 2
+    assert "did you mean" in capsys.readouterr().err

@@ -561,6 +561,13 @@ def run(args: argparse.Namespace, argv: Sequence[str] | None = None) -> dict[str
     return metrics
 
 
+def run_command(args: argparse.Namespace) -> int:
+    """`interp-gpt train-sae ...` (the same options; the command recorded is this module's equivalent)."""
+    argv = sys.argv[2:] if len(sys.argv) > 1 and sys.argv[1] == "train-sae" else None
+    run(args, argv)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     """`python -m interp_gpt.sae.training ...`; returns the exit status (2: bad input)."""
     parser = argparse.ArgumentParser(prog="python -m interp_gpt.sae.training", description=__doc__.split("\n")[0])
