@@ -54,3 +54,12 @@ def test_readme_features_example_runs(monkeypatch, tmp_path) -> None:  # type: i
     report = namespace["report"]
     assert report.feature == 185 and report.contexts and report.contexts[0]["max_act"] > 0
     assert (tmp_path / "f.html").is_file()
+
+
+def test_shipped_sae_loads_by_its_release_name() -> None:
+    import torch
+
+    by_name = SAE.from_pretrained("tiny-gpt2-res")
+    by_id = SAE.from_pretrained("tiny-gpt2-res", "blocks.1.hook_resid_pre")
+    for sae in (by_name, by_id):
+        assert torch.equal(sae.W_dec, shipped_sae().W_dec)
