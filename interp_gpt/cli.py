@@ -7,6 +7,8 @@
     interp-gpt heads     [MODEL] [--top N]
     interp-gpt compare   [MODEL] [--prompt TEXT] [--unprocessed] [--per-layer] [--json]
     interp-gpt harvest   --hook NAME --data PATH --out DIR --n-tokens N [--model MODEL] [...]
+    interp-gpt features  MODEL SAE --feature N [--data PATH] [--html PAGE.html]
+    interp-gpt train-sae --out DIR [--model MODEL] [--hook NAME] [--k K] [--n-tokens N] [...]
 
 MODEL is `tiny-gpt2` (the default: the small model shipped inside the package, so every
 command runs offline), a hub id (gpt2, gpt2-medium, ...), a local folder or weights file,
@@ -464,6 +466,37 @@ def _add_harvest(sub: Any) -> None:
     p.set_defaults(func=run)
 
 
+def _add_features(sub: Any) -> None:
+    from .sae.features import add_arguments, run  # the options live beside the feature report
+
+    p = _subcommand(
+        sub,
+        "features",
+        "show one SAE feature: its top-activating contexts, activation histogram and the tokens it promotes",
+        "Run the model over text (default: the validation tail of data/corpus), encode the activations at the "
+        "SAE's hook and print what one feature does. SAE is a folder in SAELens' format or tiny-gpt2-sae.",
+        ["tiny-gpt2 tiny-gpt2-sae --feature 3", "tiny-gpt2 tiny-gpt2-sae --feature 3 --html feature3.html"],
+    )
+    add_arguments(p)
+    p.set_defaults(func=run)
+
+
+def _add_train_sae(sub: Any) -> None:
+    from .sae.training import add_arguments, run_command  # the options live beside the trainer
+
+    p = _subcommand(
+        sub,
+        "train-sae",
+        "train a sparse autoencoder on a hook's activations over a text corpus",
+        "Split --data into training and validation text, train an SAE (TopK or standard) on the activations "
+        "at --hook, and save it in SAELens' format with metrics.json (validation L0, explained variance, CE loss "
+        "recovered). Same as python -m interp_gpt.sae.training.",
+        ["--out saes/resid1 --k 32 --n-tokens 1310720"],
+    )
+    add_arguments(p)
+    p.set_defaults(func=run_command)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The `interp-gpt` parser and its subcommands (each with --help and examples)."""
     parser = _Parser(
@@ -474,7 +507,16 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="SUBCOMMAND")
-    for add in (_add_generate, _add_attention, _add_lens, _add_heads, _add_compare, _add_harvest):
+    for add in (
+        _add_generate,
+        _add_attention,
+        _add_lens,
+        _add_heads,
+        _add_compare,
+        _add_harvest,
+        _add_features,
+        _add_train_sae,
+    ):
         add(sub)
     return parser
 

@@ -20,7 +20,13 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 DEMOS = ROOT / "demos"
-NOTEBOOKS = ["01_load_and_compare", "02_attention_heads", "03_cache_and_patch", "04_induction_circuit_from_weights"]
+NOTEBOOKS = [
+    "01_load_and_compare",
+    "02_attention_heads",
+    "03_cache_and_patch",
+    "04_induction_circuit_from_weights",
+    "06_sae_features",
+]
 FIRST_CELL = re.compile(r'^MODEL_NAME = "tiny-gpt2"(\s*#.*)?$')
 PLOTLY = "application/vnd.plotly.v1+json"
 PNG = "image/png"

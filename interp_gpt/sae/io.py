@@ -35,6 +35,9 @@ KNOWN_RELEASES = {
     "gpt2-small-res-jb-feature-splitting": "jbloom/GPT2-Small-Feature-Splitting-Experiment-Layer-8",
 }
 
+# SAEs shipped inside the package (see interp_gpt.sae.training): release name -> folder.
+SHIPPED_RELEASES = {"tiny-gpt2-res": Path(__file__).resolve().parent.parent / "weights" / "tiny-gpt2-sae"}
+
 
 def expected_shapes(cfg: SAEConfig) -> dict[str, tuple[int, ...]]:
     """The tensors an SAE of this config holds, with sae-lens' names and shapes."""
@@ -163,6 +166,8 @@ def find_release(release: str, sae_id: str | None) -> Path:
     """The folder in the local Hugging Face cache that holds `release`'s SAE `sae_id` (offline)."""
     from huggingface_hub import try_to_load_from_cache
 
+    if release in SHIPPED_RELEASES and sae_id in (None, "blocks.1.hook_resid_pre"):
+        return SHIPPED_RELEASES[release]
     repo_id = KNOWN_RELEASES.get(release, release)
     if release.startswith((".", "/", "~")) or Path(release).suffix:
         raise FileNotFoundError(

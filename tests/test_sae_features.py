@@ -1,0 +1,122 @@
+"""Feature reports: top contexts, histogram values and logit effects against independent computations;
+the terminal view, the page's escaping, `interp-gpt features`, bad input."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import torch
+
+from interp_gpt.cli import main
+from interp_gpt.loading import from_pretrained
+from interp_gpt.sae import SAE, SAEConfig
+from interp_gpt.sae.features import feature_figures, feature_logits, feature_page, feature_report, format_feature
+
+HOOK = "blocks.1.hook_resid_pre"
+HOSTILE = "<script>alert(1)</script> and <img src=x onerror=alert(2)> & <b>bold</b>"
+
+
+@pytest.fixture(scope="module")
+def model():  # type: ignore[no-untyped-def]
+    return from_pretrained("tiny-gpt2")
+
+
+@pytest.fixture(scope="module")
+def sae(model) -> SAE:  # type: ignore[no-untyped-def]
+    s = SAE(SAEConfig(d_in=model.cfg.d_model, d_sae=64, metadata={"hook_name": HOOK}))
+    g = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        s.W_enc.copy_(torch.randn(s.W_enc.shape, generator=g) * 0.3)
+        s.W_dec.copy_(torch.randn(s.W_dec.shape, generator=g) * 0.3)
+        s.b_enc.fill_(-0.5)
+    return s
+
+
+@pytest.fixture(scope="module")
+def tokens(model) -> torch.Tensor:  # type: ignore[no-untyped-def]
+    text = "The king and the queen walked out. " + HOSTILE + " Then the king said: to be, or not to be."
+    ids = model.to_tokens(text)[0]
+    return torch.stack([ids[:24], ids[-24:], ids[10:34]])
+
+
+def test_report_matches_an_independent_computation(model, sae, tokens) -> None:  # type: ignore[no-untyped-def]
+    f = 5
+    report = feature_report(model, sae, tokens, f, n_contexts=4, before=3, after=2, n_logits=5, batch_size=2)
+    with torch.no_grad():
+        _, cache = model.run_with_cache(tokens)
+        x = cache[HOOK]
+        acts = torch.relu((x - sae.b_dec) @ sae.W_enc[:, f] + sae.b_enc[f])  # [3, 24]
+        logits = sae.W_dec[f] @ model.W_U
+    assert (acts > 0).sum() >= 4, "the test SAE's feature should fire on a few tokens"
+    assert sorted(report.activations.tolist()) == pytest.approx(sorted(acts[acts > 0].tolist()), rel=1e-5, abs=1e-5)
+    assert report.n_tokens == tokens.numel()
+    want = acts.flatten().topk(4)
+    assert [c["max_act"] for c in report.contexts] == pytest.approx(want.values.tolist(), rel=1e-5, abs=1e-5)
+    for c, idx in zip(report.contexts, want.indices.tolist(), strict=True):
+        row, pos = divmod(idx, tokens.shape[1])
+        assert c["window"] == (row, pos)
+        lo = max(0, pos - 3)
+        assert c["tokens"] == model.to_str_tokens(tokens[row, lo : pos + 3], prepend_bos=False)
+        assert c["acts"][c["pos"]] == pytest.approx(c["max_act"])
+        assert c["acts"] == pytest.approx(acts[row, lo : pos + 3].tolist(), rel=1e-5, abs=1e-5)
+    assert [v for _, v in report.promoted] == pytest.approx(logits.topk(5).values.tolist(), rel=1e-5, abs=1e-5)
+    assert [v for _, v in report.suppressed] == pytest.approx((-(-logits).topk(5).values).tolist(), rel=1e-5, abs=1e-5)
+    top_id = int(logits.argmax())
+    assert report.promoted[0][0] == model.to_str_tokens(torch.tensor([top_id]), prepend_bos=False)[0]
+    torch.testing.assert_close(feature_logits(model, sae, f), logits)
+
+
+def test_text_view_and_figures(model, sae, tokens) -> None:  # type: ignore[no-untyped-def]
+    report = feature_report(model, sae, tokens, 5, n_contexts=3)
+    text = format_feature(report)
+    assert f"feature 5 at {HOOK}" in text
+    assert text.count("]]{") == len(report.contexts) == 3
+    assert "promotes (W_dec @ W_U)" in text and "suppresses" in text
+    top = report.contexts[0]
+    assert f"[[{repr(top['tokens'][top['pos']])[1:-1]}]]{{{top['max_act']:.2f}}}" in text
+    figs = feature_figures(report)
+    assert sorted(figs["histogram"].data[0].x) == pytest.approx(sorted(report.activations.tolist()))
+    assert len(figs["logits"].data[0].x) == len(report.promoted) + len(report.suppressed)
+
+
+def test_page_escapes_token_text_and_loads_nothing(model, sae, tokens, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    report = feature_report(model, sae, tokens, 5, n_contexts=8, before=30, after=30)
+    # make sure markup-looking tokens are in the contexts: put the hostile text's tokens in them
+    report.contexts[0]["tokens"] = ["<script>", "alert(1)", "</script>", "<b>", "&"]
+    report.contexts[0]["acts"] = [0.0, 1.0, 0.0, 0.5, 0.0]
+    report.contexts[0]["pos"] = 1
+    page = feature_page(report, tmp_path / "f.html").read_text(encoding="utf-8")
+    body = page.split("<body>", 1)[1]
+    assert "<script>alert" not in body and "<b>" not in body.split('<div id="histogram">')[0]
+    assert "&lt;script&gt;" in body and "&amp;" in body
+    assert 'http-equiv="Content-Security-Policy"' in page and "default-src 'none'" in page
+    assert not re.search(r"<script[^>]+src=", page)  # plotly.js inline, no CDN
+
+
+def test_bad_input_is_refused_by_name(model, sae, tokens) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(ValueError, match=r"feature=64 is out of range: features are 0\.\.63"):
+        feature_report(model, sae, tokens, 64)
+    with pytest.raises(ValueError, match="tokens"):
+        feature_report(model, sae, tokens[0], 1)
+    other = SAE(SAEConfig(d_in=model.cfg.d_model, d_sae=8, metadata={"hook_name": "blocks.9.hook_resid_pre"}))
+    with pytest.raises(KeyError, match="blocks.9"):
+        feature_report(model, other, tokens, 1)
+
+
+def test_features_command(model, sae, tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    sae.save_model(tmp_path / "sae")
+    text = tmp_path / "t.txt"
+    text.write_text(("The king and the queen walked out, and the king spoke. " * 40), encoding="utf-8")
+    rc = main(["features", "tiny-gpt2", str(tmp_path / "sae"), "--feature", "5", "--data", str(text),
+               "--html", str(tmp_path / "f.html")])  # fmt: skip
+    out, err = capsys.readouterr()
+    assert rc == 0, err
+    assert "feature 5 at blocks.1.hook_resid_pre" in out and "promotes" in out
+    assert (tmp_path / "f.html").is_file()
+    rc = main(["features", "tiny-gpt2", str(tmp_path / "sae"), "--feature", "99", "--data", str(text)])
+    out, err = capsys.readouterr()
+    assert rc == 2 and "feature=99 is out of range" in err and err.count("\n") == 1
+    rc = main(["features", "tiny-gpt2", str(tmp_path / "nope"), "--feature", "1", "--data", str(text)])
+    assert rc == 2 and "nope" in capsys.readouterr().err
