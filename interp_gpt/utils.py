@@ -6,6 +6,7 @@ import importlib
 import re
 from typing import Any
 
+import numpy as np
 import torch
 from jaxtyping import Float, Int
 from torch import Tensor
@@ -72,6 +73,32 @@ def get_act_name(name: str, layer: int | None = None, layer_type: str | None = N
     if name in _LN_ACTS and layer is None:
         full = f"ln_final.{full}"
     return full
+
+
+def to_numpy(tensor: Any) -> np.ndarray:
+    """A numpy array of a tensor (detached, moved to the CPU; bfloat16, which numpy lacks, as float32),
+    a list or tuple, a number, a bool or a string; a numpy array comes back as it is. As
+    transformer-lens' `utils.to_numpy`, but anything else is a `TypeError` naming it.
+
+    Example:
+        >>> to_numpy(torch.tensor([1.0, 2.0]))
+        array([1., 2.], dtype=float32)
+        >>> to_numpy([[1, 2], [3, 4]]).shape
+        (2, 2)
+    """
+    if isinstance(tensor, np.ndarray):
+        return tensor
+    if isinstance(tensor, (list, tuple)):
+        return np.array(tensor)
+    if isinstance(tensor, Tensor):
+        tensor = tensor.detach().cpu()
+        return (tensor.float() if tensor.dtype == torch.bfloat16 else tensor).numpy()
+    if isinstance(tensor, (int, float, bool, str)):
+        return np.array(tensor)
+    raise TypeError(
+        f"to_numpy: tensor must be a torch tensor, a numpy array, a list or tuple, or a number, bool or str; "
+        f"got {type(tensor).__name__}"
+    )
 
 
 def lm_cross_entropy_loss(

@@ -16,18 +16,17 @@ which needs the hub, so the test hands both snippets a ready `model`. Each snipp
 results in `out` (tensors, numbers, strings, lists and dicts of them); they must agree to the
 parity suite's tolerances.
 
+A few snippets import more, the package again the only change (EXTRA_IMPORTS: `evals`,
+`head_detector.detect_head`, `HookedTransformerConfig`, ours `Config`); the weight-processing
+snippet gets both models unprocessed, and ARENA 1.2's attention-only toy model is built by each
+snippet from its config and a state dict TL saved. Besides the Main Demo, the Exploratory Analysis
+Demo and ARENA 1.2, they cover `test_prompt` (its printout, as text), `lm_accuracy`, `to_numpy`,
+`detect_head`, `evals`, `run_with_cache(pos_slice=...)` and `Slice`, `get_token_position`,
+`to_str_tokens` on lists, the config and tokenizer surface TL's helpers read, and the weight
+processing methods. KNOWN_DIFFERENCES marks (strict xfail) where a snippet still differs.
+
 TL 3.9 is the last release with HookedTransformer: the port test runs in the 3.9 venv
 (.venv-tl3) and skips beside transformer-lens 4.x.
-
-Not here yet, to be added as the features reach main (other work in progress):
-  - model.get_token_position(...)                       (issue 15, item 2)
-  - utils.test_prompt(...), utils.lm_accuracy(...)      (issue 15, item 6)
-  - head_detector.detect_head(...)                      (issue 15, item 6)
-  - evals.induction_loss / evals.ioi_eval               (issue 15, item 6)
-  - run_with_cache(pos_slice=...), utils.Slice          (issue 15, item 3)
-  - model.to_str_tokens on a list / a batch             (issue 15, item 2)
-  - the toy configurations (attn_only, LNPre, shortformer) as TL builds them (issue 15, item 5)
-  - utils.to_numpy (not in interp_gpt.utils today)
 """
 
 from __future__ import annotations
@@ -589,14 +588,259 @@ out = dict(
 """
 )
 
+# TL Main Demo / Exploratory Analysis Demo: finding tokens, string tokens of lists and batches, the
+# config and tokenizer surface TL's own helpers read.
+SNIPPETS["main_demo_token_positions_and_tokenizer"] = """
+import torch
+
+prompt = "When John and Mary went to the shops, John gave the bag to Mary"
+tokens = model.to_tokens(prompt)
+batch = model.to_tokens(["Hello there, how are you?", "Hi"])
+encoded = model.tokenizer("Hello there")
+out = dict(
+    first_john=model.get_token_position(" John", prompt),
+    last_john=model.get_token_position(" John", prompt, mode="last"),
+    mary_in_tokens=model.get_token_position(" Mary", tokens, mode="last"),
+    mary_by_id=model.get_token_position(model.to_single_token(" Mary"), tokens[0]),
+    no_bos=model.get_token_position(" John", prompt, prepend_bos=False),
+    str_tokens_list=model.to_str_tokens(["Hello there", "General Kenobi"]),
+    str_tokens_batch=model.to_str_tokens(list(batch)),
+    str_tokens_row=model.to_str_tokens(batch[:1]),
+    device=str(model.cfg.device),
+    dtype=str(model.cfg.dtype),
+    n_params=model.cfg.n_params,
+    # Without the BOS TL 3.9's GPT-2 tokenizer adds to every encoding (README: a deliberate difference).
+    input_ids=[i for i in encoded["input_ids"] if i != model.tokenizer.bos_token_id],
+    ids_to_tokens=model.tokenizer.convert_ids_to_tokens([15496, 612, 11]),
+    vocab_size=len(model.tokenizer.get_vocab()),
+    special=(model.tokenizer.bos_token, model.tokenizer.eos_token),
+    decode_one=model.tokenizer.decode(11),
+    decode_list=model.tokenizer.decode(tokens[0, 1:].tolist()),
+    batch_decode=model.tokenizer.batch_decode(batch[:, 1:4]),
+    eos=model.tokenizer.eos_token_id,
+    padding_side=model.tokenizer.padding_side,
+)
+"""
+
+# TL Main Demo: test_prompt's printout, compared as text; next-token accuracy.
+SNIPPETS["main_demo_test_prompt_and_accuracy"] = """
+import contextlib
+import io
+import torch
+
+printed = io.StringIO()
+with contextlib.redirect_stdout(printed):
+    utils.test_prompt("After John and Mary went to the store, John gave a bottle of milk to", " Mary", model)
+    utils.test_prompt("The cat sat on the", "mat", model, prepend_space_to_answer=True, top_k=3)
+    utils.test_prompt("The capital of France is", [" Paris", " London"], model, top_k=2)
+tokens = model.to_tokens(["The cat sat on the mat", "A dog barked"])
+logits = model(tokens)
+out = dict(
+    printed=printed.getvalue(),
+    accuracy=utils.lm_accuracy(logits, tokens),
+    per_token=utils.lm_accuracy(logits, tokens, per_token=True),
+    to_numpy=torch.from_numpy(utils.to_numpy(logits[0, :2, :5])),
+    to_numpy_list=torch.from_numpy(utils.to_numpy([[1, 2], [3, 4]])),
+)
+"""
+
+# TL Exploratory Analysis Demo / head_detector: scoring every head against TL's built-in patterns and a
+# custom one (on this random model the scores are small; the comparison is what counts).
+SNIPPETS["head_detector_detect_head"] = """
+import torch
+
+sequence = "one two three four one two three four five six"
+tokens = model.to_tokens(sequence)
+seq_len = tokens.shape[1]
+custom = torch.tril(torch.ones(seq_len, seq_len)) / torch.arange(1, seq_len + 1)[:, None]
+_, cache = model.run_with_cache(sequence, remove_batch_dim=True)
+out = dict(
+    previous=detect_head(model, sequence, "previous_token_head"),
+    duplicate=detect_head(model, [sequence, "a b a b a b"], "duplicate_token_head"),
+    induction=detect_head(model, sequence, "induction_head", exclude_bos=True),
+    current_excluded=detect_head(model, sequence, "previous_token_head", exclude_current_token=True),
+    custom=detect_head(model, sequence, custom, error_measure="abs"),
+    some_heads=detect_head(model, sequence, "previous_token_head", heads=[(0, 1), (1, 3)]),
+    layer_to_heads=detect_head(model, sequence, "previous_token_head", heads={1: [0, 2]}),
+    from_cache=detect_head(model, sequence, "previous_token_head", cache=cache),
+)
+"""
+
+# TL's evals: the induction loss on repeated random tokens (`device` passed as a CPU notebook passes
+# it: TL's default is "cuda"), TL's IOI dataset (its templates, names and seeded draws).
+SNIPPETS["evals_induction_loss_and_ioi_dataset"] = """
+import torch
+
+torch.manual_seed(0)
+induction = evals.induction_loss(model, batch_size=3, subseq_len=20, device="cpu")
+bos = model.tokenizer.bos_token_id
+dataset = evals.IOIDataset(model.tokenizer, num_samples=12, seed=42)
+symmetric = evals.IOIDataset(model.tokenizer, num_samples=8, symmetric=True, seed=1)
+out = dict(
+    induction_loss=induction,
+    n=len(dataset),
+    # Without their BOS tokens: TL 3.9 gives each its own GPT-2 tokenizer's BOS as well (see evals_ioi_eval).
+    samples=[{key: value[value != bos] for key, value in dataset[i].items()} for i in range(len(dataset))],
+    symmetric=[{key: value[value != bos] for key, value in symmetric[i].items()} for i in range(len(symmetric))],
+)
+"""
+
+# TL's IOI eval on TL's IOI dataset: the logit difference and accuracy of the indirect object.
+SNIPPETS["evals_ioi_eval"] = """
+dataset = evals.IOIDataset(model.tokenizer, num_samples=12, seed=42)
+out = dict(
+    ioi=evals.ioi_eval(model, dataset=dataset, batch_size=4),
+    ioi_symmetric=evals.ioi_eval(model, dataset=evals.IOIDataset(model.tokenizer, num_samples=8, symmetric=True, seed=1), batch_size=8, symmetric=True),
+)
+"""
+
+# ARENA / TL: caching only some positions with pos_slice (an int, a range, a Slice), and utils.Slice.
+SNIPPETS["run_with_cache_pos_slice"] = """
+import torch
+
+tokens = model.to_tokens("The quick brown fox jumps over the lazy dog")
+_, last = model.run_with_cache(tokens, pos_slice=-1)
+_, middle = model.run_with_cache(tokens, pos_slice=utils.Slice((2, 5)))
+_, picked = model.run_with_cache(tokens, pos_slice=[1, 3, 4], names_filter=lambda name: "resid" in name or "pattern" in name)
+full = model.run_with_cache(tokens)[1]
+s = utils.Slice((1, 6, 2))
+out = dict(
+    last_resid=last["resid_post", 1],
+    last_pattern=last["pattern", 0],
+    last_q=last["q", 1],
+    last_keys=sorted(last.keys()),
+    middle_resid=middle["resid_pre", 0],
+    middle_pattern=middle["pattern", 1],
+    middle_z=middle["z", 0],
+    picked=picked["resid_mid", 1],
+    picked_keys=sorted(picked.keys()),
+    slice_apply=s.apply(full["resid_post", 0], dim=1),
+    slice_indices=s.indices(10).tolist(),
+    int_slice=utils.Slice(-1).apply(full["embed"], dim=1),
+)
+"""
+
+# TL Main Demo: weight processing as methods, on a model loaded without it (from_pretrained_no_processing).
+SNIPPETS["weight_processing_methods"] = """
+import copy
+import torch
+
+tokens = model.to_tokens("Weight processing changes the weights, not the log-probabilities.")
+raw_log_probs = model(tokens).log_softmax(-1)
+state_dict = {name: value.clone() for name, value in model.state_dict().items()}
+folded = model.fold_layer_norm({name: value.clone() for name, value in state_dict.items()})
+folded_no_centre = model.fold_layer_norm({name: value.clone() for name, value in state_dict.items()}, center_weights=False)
+refactored = model.refactor_factored_attn_matrices({name: value.clone() for name, value in state_dict.items()})
+weights = ["blocks.0.attn.W_Q", "blocks.1.attn.b_K", "blocks.0.attn.W_V", "blocks.1.attn.W_O", "blocks.1.attn.b_O", "blocks.0.mlp.W_in", "blocks.1.mlp.b_in", "unembed.W_U", "unembed.b_U"]
+processed = copy.deepcopy(model)
+processed.process_weights_()
+refactored_model = copy.deepcopy(model)
+refactored_model.process_weights_(refactor_factored_attn_matrices=True)
+out = dict(
+    folded={name: folded[name] for name in weights},
+    folded_no_centre={name: folded_no_centre[name] for name in weights},
+    refactored_QK=(refactored["blocks.1.attn.W_Q"] @ refactored["blocks.1.attn.W_K"].transpose(-1, -2)),
+    refactored_W_O=refactored["blocks.0.attn.W_O"],
+    processed_log_probs=processed(tokens).log_softmax(-1),
+    raw_log_probs=raw_log_probs,
+    processed_weights={name: processed.state_dict()[name] for name in weights},
+    # An SVD fixes its singular vectors only up to sign: compare what the refactoring keeps (QK, OV, the
+    # biases it moves) and the norms of what it makes (TL's W_O has orthonormal rows).
+    refactored_model_QK=refactored_model.QK.AB,
+    refactored_model_OV=refactored_model.OV.AB,
+    refactored_b_O=refactored_model.b_O,
+    refactored_W_Q_norms=refactored_model.W_Q.norm(dim=-2),
+    refactored_W_O_norms=refactored_model.W_O.norm(dim=-1),
+    refactored_log_probs=refactored_model(tokens).log_softmax(-1),
+)
+"""
+
+# ARENA 1.2: the 2-layer attention-only induction model (no LayerNorm, shortformer positions), built from
+# its config and loaded from its saved weights (here a smaller random one TL saved), then its induction scores.
+SNIPPETS["arena_attn_only_toy_model"] = """
+import torch
+import einops
+
+cfg = HookedTransformerConfig(
+    d_model=64,
+    d_head=16,
+    n_heads=4,
+    n_layers=2,
+    n_ctx=64,
+    d_vocab=500,
+    attn_only=True,
+    normalization_type=None,
+    positional_embedding_type="shortformer",
+    use_attn_result=True,
+)
+model = HookedTransformer(cfg)
+model.load_state_dict(pretrained_weights)
+model.eval()
+
+seq_len = 12
+generator = torch.Generator().manual_seed(0)
+half = torch.randint(0, cfg.d_vocab, (2, seq_len), generator=generator)
+rep_tokens = torch.cat([torch.zeros(2, 1, dtype=torch.long), half, half], dim=-1)
+rep_logits, rep_cache = model.run_with_cache(rep_tokens)
+induction_scores = torch.zeros(cfg.n_layers, cfg.n_heads)
+for layer in range(cfg.n_layers):
+    stripe = rep_cache["pattern", layer].diagonal(dim1=-2, dim2=-1, offset=1 - seq_len)
+    induction_scores[layer] = einops.reduce(stripe, "batch head_index position -> head_index", "mean")
+out = dict(
+    logits=rep_logits,
+    keys=sorted(rep_cache.keys()),
+    induction_scores=induction_scores,
+    result=rep_cache["result", 1],
+    pos_embed=rep_cache["pos_embed"],
+    n_params=cfg.n_params,
+    OV=model.OV.AB,
+    QK=model.QK[0].AB,
+)
+"""
+
+# ARENA 1.2's config word for word: it also passes `attention_dir="causal"` and `seed=398`, which our
+# Config does not take (a TypeError); ARENA's `tokenizer_name="EleutherAI/gpt-neox-20b"` needs the hub, left out.
+SNIPPETS["arena_attn_only_toy_model_arenas_config"] = SNIPPETS["arena_attn_only_toy_model"].replace(
+    "    attn_only=True,\n", '    attention_dir="causal",\n    attn_only=True,\n    seed=398,\n'
+)
+assert SNIPPETS["arena_attn_only_toy_model_arenas_config"] != SNIPPETS["arena_attn_only_toy_model"]
+
+
+# Snippets that import more than the first line: (transformer-lens' line, ours). Only the package changes.
+EXTRA_IMPORTS: dict[str, tuple[str, str]] = {
+    "head_detector_detect_head": (
+        "from transformer_lens.head_detector import detect_head",
+        "from interp_gpt.head_detector import detect_head",
+    ),
+    "evals_induction_loss_and_ioi_dataset": ("from transformer_lens import evals", "from interp_gpt import evals"),
+    "evals_ioi_eval": ("from transformer_lens import evals", "from interp_gpt import evals"),
+    "arena_attn_only_toy_model": (
+        "from transformer_lens import HookedTransformerConfig",
+        "from interp_gpt import Config as HookedTransformerConfig",
+    ),
+}
+EXTRA_IMPORTS["arena_attn_only_toy_model_arenas_config"] = EXTRA_IMPORTS["arena_attn_only_toy_model"]
+# Snippets given the checkpoint loaded without weight processing (from_pretrained_no_processing).
+UNPROCESSED = {"weight_processing_methods"}
+# Snippets that build their own model and are given TL's saved toy-model weights (`pretrained_weights`).
+TOY_WEIGHTS = {"arena_attn_only_toy_model", "arena_attn_only_toy_model_arenas_config"}
+
 
 # ----------------------------------------------------------------------------
 # Running a snippet, comparing the outputs
 # ----------------------------------------------------------------------------
-def run_snippet(import_line: str, name: str, model: Any) -> Any:
-    """Execute SNIPPETS[name] after `import_line`, with `model` given, and return its `out`."""
+def import_lines(name: str, ours: bool) -> str:
+    """The import line(s) SNIPPETS[name] starts with: TL's, or ours."""
+    lines = [OUR_IMPORT if ours else TL_IMPORT]
+    if name in EXTRA_IMPORTS:
+        lines.append(EXTRA_IMPORTS[name][1 if ours else 0])
+    return "\n".join(lines)
+
+
+def run_snippet(import_line: str, name: str, model: Any, **given: Any) -> Any:
+    """Execute SNIPPETS[name] after `import_line`, with `model` (and `given`) defined, and return its `out`."""
     source = import_line + "\n" + textwrap.dedent(SNIPPETS[name])
-    namespace: dict[str, Any] = {"model": model, "__name__": f"snippet_{name}"}
+    namespace: dict[str, Any] = {"model": model, "__name__": f"snippet_{name}", **given}
     with torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)  # TL 3.9 deprecates HookedTransformer; .Vh warns on ours
         exec(compile(source, f"<snippet {name}>", "exec"), namespace)  # noqa: S102
@@ -682,9 +926,9 @@ def checkpoint(tmp_path_factory: pytest.TempPathFactory, gpt2_vocab_dir: Path) -
     return {"hf_model": hf_model, "folder": folder}
 
 
-@pytest.fixture(scope="module")
-def tl_prototype(request: pytest.FixtureRequest) -> Any:
-    """TL 3.9's HookedTransformer of the checkpoint, processed as its from_pretrained does by default."""
+def _tl_hooked_transformer(request: pytest.FixtureRequest, processed: bool) -> Any:
+    """TL 3.9's HookedTransformer of the checkpoint: processed as its from_pretrained does by default,
+    or not at all (as from_pretrained_no_processing)."""
     pytest.importorskip("transformer_lens")
     from interp_gpt.compare import transformer_lens_major
 
@@ -718,12 +962,23 @@ def tl_prototype(request: pytest.FixtureRequest) -> Any:
         model = HookedTransformer(cfg, tokenizer=tokenizer)
     model.load_and_process_state_dict(
         convert_gpt2_weights(hf_model, cfg),
-        fold_ln=True,
-        center_writing_weights=True,
-        center_unembed=True,
-        fold_value_biases=True,
+        fold_ln=processed,
+        center_writing_weights=processed,
+        center_unembed=processed,
+        fold_value_biases=processed,
     )
     return model.eval()
+
+
+@pytest.fixture(scope="module")
+def tl_prototype(request: pytest.FixtureRequest) -> Any:
+    """TL 3.9's HookedTransformer of the checkpoint, processed as its from_pretrained does by default."""
+    return _tl_hooked_transformer(request, processed=True)
+
+
+@pytest.fixture(scope="module")
+def tl_unprocessed(request: pytest.FixtureRequest) -> Any:
+    return _tl_hooked_transformer(request, processed=False)
 
 
 @pytest.fixture(scope="module")
@@ -735,8 +990,42 @@ def our_prototype(checkpoint: dict[str, Any]) -> GPT:
     return model.eval()
 
 
+@pytest.fixture(scope="module")
+def our_unprocessed(checkpoint: dict[str, Any]) -> GPT:
+    return GPT.from_pretrained_no_processing(checkpoint["folder"]).eval()
+
+
+@pytest.fixture(scope="module")
+def toy_weights(tl_prototype: Any) -> dict[str, torch.Tensor]:
+    """The state dict of a random attention-only, LayerNorm-free, shortformer model, as TL 3.9 saves it
+    (ARENA 1.2's induction model, smaller), every parameter random (biases too)."""
+    from transformer_lens import HookedTransformer, HookedTransformerConfig
+
+    cfg = HookedTransformerConfig(
+        d_model=64, d_head=16, n_heads=4, n_layers=2, n_ctx=64, d_vocab=500, attention_dir="causal", attn_only=True,
+        seed=398, use_attn_result=True, normalization_type=None, positional_embedding_type="shortformer",
+    )  # fmt: skip
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        model = HookedTransformer(cfg)
+    generator = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.copy_(0.3 * torch.randn(p.shape, generator=generator))
+    return {name: value.clone() for name, value in model.state_dict().items()}
+
+
 # Where a snippet shows a difference from transformer-lens still to fix (strict: passing fails it).
-KNOWN_DIFFERENCES: dict[str, str] = {}
+KNOWN_DIFFERENCES: dict[str, str] = {
+    "arena_attn_only_toy_model_arenas_config": (
+        "interp_gpt.Config takes no `attention_dir` or `seed` (TypeError: unexpected keyword argument): "
+        "ARENA's config must drop them"
+    ),
+    "evals_ioi_eval": (
+        "deliberate (README 'Evals and head detection'): TL 3.9's GPT-2 tokenizer adds a BOS, and its IOIDataset "
+        "prepends another, so each prompt starts with two; ours (as TL 4.3) has one, and the logit differences differ"
+    ),
+}
 
 
 @pytest.mark.parametrize(
@@ -748,11 +1037,20 @@ KNOWN_DIFFERENCES: dict[str, str] = {}
         for name in sorted(SNIPPETS)
     ],
 )
-def test_snippet_gives_transformer_lens_results(name: str, tl_prototype: Any, our_prototype: GPT) -> None:
+def test_snippet_gives_transformer_lens_results(
+    name: str, tl_prototype: Any, our_prototype: GPT, request: pytest.FixtureRequest
+) -> None:
     """The snippet, run on each model (a fresh copy: snippets add hooks and flip flags), gives
     the same `out` with only the import line changed."""
-    theirs = run_snippet(TL_IMPORT, name, copy.deepcopy(tl_prototype))
-    ours = run_snippet(OUR_IMPORT, name, copy.deepcopy(our_prototype))
+    tl_model, our_model = tl_prototype, our_prototype
+    if name in UNPROCESSED:
+        tl_model, our_model = request.getfixturevalue("tl_unprocessed"), request.getfixturevalue("our_unprocessed")
+    given = {}
+    if name in TOY_WEIGHTS:
+        given["pretrained_weights"] = request.getfixturevalue("toy_weights")
+        tl_model = our_model = None
+    theirs = run_snippet(import_lines(name, ours=False), name, copy.deepcopy(tl_model), **copy.deepcopy(given))
+    ours = run_snippet(import_lines(name, ours=True), name, copy.deepcopy(our_model), **copy.deepcopy(given))
     problems = differences(ours, theirs)
     assert not problems, f"snippet {name}: " + "\n".join(problems[:20])
 
@@ -764,6 +1062,18 @@ def test_snippets_name_neither_library() -> None:
         assert "out = " in source or "out=" in source, name
 
 
+def test_the_extra_imports_bind_the_same_names_from_the_other_package() -> None:
+    """Each extra import line changes only where the names come from, not what the snippet calls them."""
+
+    def bound(line: str) -> list[str]:
+        return [part.split(" as ")[-1].strip() for part in line.split(" import ", 1)[1].split(",")]
+
+    for name, (theirs, ours) in [("every snippet", (TL_IMPORT, OUR_IMPORT)), *EXTRA_IMPORTS.items()]:
+        assert theirs.startswith("from transformer_lens") and ours.startswith("from interp_gpt"), name
+        assert bound(theirs) == bound(ours), name
+    assert set(EXTRA_IMPORTS) | UNPROCESSED | TOY_WEIGHTS | set(KNOWN_DIFFERENCES) <= set(SNIPPETS)
+
+
 def test_the_comparison_catches_a_changed_weight(our_prototype: GPT) -> None:
     """`differences` sees a weight changed by 1e-2 in one head (through the cache, the circuits and
     the composition scores), and nothing between two runs of one model."""
@@ -773,9 +1083,9 @@ def test_the_comparison_catches_a_changed_weight(our_prototype: GPT) -> None:
         changed.blocks[0].attn.W_V[1] += 1e-2 * torch.randn(changed.blocks[0].attn.W_V[1].shape)
         changed.blocks[0].attn.W_O[1] += 1e-2 * torch.randn(changed.blocks[0].attn.W_O[1].shape)
     for name in names:
-        same = run_snippet(OUR_IMPORT, name, copy.deepcopy(our_prototype))
-        assert differences(run_snippet(OUR_IMPORT, name, copy.deepcopy(our_prototype)), same) == [], name
-        assert differences(run_snippet(OUR_IMPORT, name, changed), same), name
+        same = run_snippet(import_lines(name, ours=True), name, copy.deepcopy(our_prototype))
+        assert differences(run_snippet(import_lines(name, ours=True), name, copy.deepcopy(our_prototype)), same) == []
+        assert differences(run_snippet(import_lines(name, ours=True), name, changed), same), name
 
 
 def test_the_comparison_checks_types_shapes_and_keys() -> None:
