@@ -61,6 +61,10 @@ class Config:
     # the repr, which describes the network.
     device: str | None = dataclasses.field(default=None, repr=False)
     dtype: torch.dtype = dataclasses.field(default=torch.float32, repr=False)
+    # transformer-lens' words that ARENA's configs spell out: GPT-2 attends causally only, and `seed`
+    # seeds a new GPT's initial weights (transformer-lens seeds every global RNG with it instead).
+    attention_dir: Literal["causal"] = dataclasses.field(default="causal", repr=False)
+    seed: int | None = dataclasses.field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         if self.d_head == -1:
@@ -85,6 +89,10 @@ class Config:
                 f"Config: normalization_type={self.normalization_type!r}, expected one of {NORMALIZATION_TYPES}"
             )
         self._check_toy_fields()
+        if self.attention_dir != "causal":
+            raise ValueError(f"Config: attention_dir={self.attention_dir!r}; GPT-2 attends causally only: 'causal'")
+        if self.seed is not None and (not isinstance(self.seed, int) or isinstance(self.seed, bool)):
+            raise ValueError(f"Config: seed must be an int or None, got {self.seed!r}")
         self.dtype = as_float_dtype(self.dtype, "Config: dtype")
         if isinstance(self.device, torch.device):
             self.device = str(self.device)

@@ -364,7 +364,7 @@ class GPT(
         self.ln_final = make_norm(cfg)
         self.unembed = Unembed(cfg)
         if not self.unembed.W_U.is_meta:  # a loader builds on "meta" and assigns the weights
-            self.init_weights()
+            self.init_weights(cfg.seed)  # cfg.seed None: torch's global generator
         self.setup_hooks()
 
     def init_weights(self, seed: int | None = None) -> None:

@@ -1017,10 +1017,6 @@ def toy_weights(tl_prototype: Any) -> dict[str, torch.Tensor]:
 
 # Where a snippet shows a difference from transformer-lens still to fix (strict: passing fails it).
 KNOWN_DIFFERENCES: dict[str, str] = {
-    "arena_attn_only_toy_model_arenas_config": (
-        "interp_gpt.Config takes no `attention_dir` or `seed` (TypeError: unexpected keyword argument): "
-        "ARENA's config must drop them"
-    ),
     "evals_ioi_eval": (
         "deliberate (README 'Evals and head detection'): TL 3.9's GPT-2 tokenizer adds a BOS, and its IOIDataset "
         "prepends another, so each prompt starts with two; ours (as TL 4.3) has one, and the logit differences differ"

@@ -184,3 +184,21 @@ def test_decode_skip_special_tokens_as_hugging_face(gpt2_vocab_dir: Path) -> Non
             [ids, ids[1:]], skip_special_tokens=skip
         )
     assert "<|endoftext|>" not in tok.decode(ids, skip_special_tokens=True)
+
+
+def test_config_seed_fixes_the_initial_weights_and_leaves_global_rngs_alone() -> None:
+    torch.manual_seed(123)
+    state = torch.get_rng_state()
+    a, b, c = (GPT(_cfg(seed=s)) for s in (7, 7, 8))
+    assert torch.equal(torch.get_rng_state(), state)  # the global generator was not drawn from
+    assert all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values(), strict=True))
+    assert not torch.equal(a.W_Q, c.W_Q)
+    assert Config.from_dict(_cfg(seed=7).to_dict()).seed == 7
+
+
+@pytest.mark.parametrize(
+    ("kw", "match"), [({"attention_dir": "bidirectional"}, "attention_dir="), ({"seed": 1.5}, "seed")]
+)
+def test_config_refuses_what_gpt2_cannot_do(kw: dict, match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        _cfg(**kw)
