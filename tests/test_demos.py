@@ -20,7 +20,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 DEMOS = ROOT / "demos"
-NOTEBOOKS = ["01_load_and_compare", "02_attention_heads", "03_cache_and_patch"]
+NOTEBOOKS = ["01_load_and_compare", "02_attention_heads", "03_cache_and_patch", "05_find_the_induction_circuit"]
 FIRST_CELL = re.compile(r'^MODEL_NAME = "tiny-gpt2"(\s*#.*)?$')
 PLOTLY = "application/vnd.plotly.v1+json"
 PNG = "image/png"
@@ -248,6 +248,8 @@ def test_fresh_execution_gives_the_committed_outputs(name: str, tmp_path: Path) 
     assert not problems, f"{name}: the committed outputs are not what a fresh run gives " + "\n".join(problems[:20])
     if name.startswith("02"):
         assert (tmp_path / "attention_viewer.html").is_file(), "notebook 02 must save the attention viewer page"
+    if name.startswith("05"):
+        assert (tmp_path / "circuit.html").is_file(), "notebook 05 must save the circuit page"
 
 
 def _decimals(text: str) -> list[re.Match]:

@@ -30,14 +30,14 @@ _MAX_WIDTH, _MIN_WIDTH = 8.0, 0.75
 
 
 def _positions(graph: Graph) -> dict[str, tuple[float, float]]:
-    """Node -> (x, y): the input on top (y = 0), then each layer's heads and its MLP, logits last;
-    y grows downwards (the axis is reversed)."""
+    """Node -> (x, y): the input on top (y = 0), then each layer's heads (x = head) and its MLP
+    (a column right of the heads), logits last; y grows downwards (the axis is reversed)."""
     mid = (graph.n_heads - 1) / 2
     pos = {"input": (mid, 0.0)}
     for layer in range(graph.n_layers):
         for h in range(graph.n_heads):
             pos[f"a{layer}.h{h}"] = (float(h), 1.0 + 2 * layer)
-        pos[f"m{layer}"] = (mid, 2.0 + 2 * layer)
+        pos[f"m{layer}"] = (float(graph.n_heads), 2.0 + 2 * layer)
     pos["logits"] = (mid, 1.0 + 2 * graph.n_layers)
     return pos
 
@@ -113,8 +113,8 @@ def _add_graph(fig: go.Figure, circuit: Circuit, scores: Any, row: int | None = 
     labels = ["input"] + [f"{'attn' if k % 2 == 0 else 'mlp'} {k // 2}" for k in range(2 * g.n_layers)] + ["logits"]
     fig.update_yaxes(autorange="reversed", tickvals=rows, ticktext=labels, showgrid=False, zeroline=False, **where)
     fig.update_xaxes(
-        tickvals=list(range(g.n_heads)), ticktext=[f"h{h}" for h in range(g.n_heads)], showgrid=False,
-        zeroline=False, range=[-0.8, g.n_heads + 0.2], **where,
+        tickvals=list(range(g.n_heads + 1)), ticktext=[f"h{h}" for h in range(g.n_heads)] + ["MLP"],
+        showgrid=False, zeroline=False, range=[-0.8, g.n_heads + 0.9], **where,
     )  # fmt: skip
 
 
@@ -135,7 +135,7 @@ def circuit_graph(circuit: Circuit, scores: Any = None, title: str | None = None
     g = circuit.graph
     fig.update_layout(
         title=dict(text=markup_safe(title or f"circuit: {circuit.n_edges} of {g.n_edges} edges")),
-        height=max(400, 60 * (2 * g.n_layers + 2)), width=max(600, 70 * g.n_heads + 200),
+        height=max(560, 60 * (2 * g.n_layers + 2)), width=max(820, 70 * g.n_heads + 300),
         plot_bgcolor="white", hoverlabel=dict(namelength=-1),
     )  # fmt: skip
     return fig
@@ -189,7 +189,7 @@ def circuit_page(circuit: Circuit, curves: Any = None, scores: Any = None, title
     """
     check_type(circuit, Circuit, "circuit", "an interp_gpt.circuits.Circuit", "circuit_page")
     g = circuit.graph
-    graph_height = max(400, 60 * (2 * g.n_layers + 2))
+    graph_height = max(560, 60 * (2 * g.n_layers + 2))
     if curves is None:
         return circuit_graph(circuit, scores, title)
     cs = _curves(curves, "circuit_page")
@@ -201,6 +201,6 @@ def circuit_page(circuit: Circuit, curves: Any = None, scores: Any = None, title
     _add_curves(fig, cs, row=2)
     fig.update_layout(
         title=dict(text=markup_safe(title or "circuit")), height=graph_height + 500,
-        width=max(700, 70 * g.n_heads + 250), plot_bgcolor="white", hoverlabel=dict(namelength=-1),
+        width=max(820, 70 * g.n_heads + 300), plot_bgcolor="white", hoverlabel=dict(namelength=-1),
     )  # fmt: skip
     return fig
