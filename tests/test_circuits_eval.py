@@ -248,3 +248,26 @@ def test_faithfulness_plot_and_page_hold_the_curves(setup):  # type: ignore[no-u
     assert any(t.meta for t in page.data) and any(t.name == "random" for t in page.data)
     with pytest.raises(TypeError, match="curves must be a FaithfulnessCurve"):
         faithfulness_plot([1, 2])
+
+
+def test_readme_circuit_example_runs_and_means_what_it_says(tmp_path: Path) -> None:
+    """The second python block of the README's Circuits section, after the first (which sets up
+    the model, tokens, metric and scores)."""
+    import re
+
+    text = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    body = text.split("\n## Circuits\n", 1)[1].split("\n## ", 1)[0]
+    blocks = re.findall(r"```python\n(.*?)```", body, flags=re.S)
+    assert len(blocks) >= 2, "README's Circuits section lost its circuit example"
+    page = tmp_path / "circuit.html"
+    ns: dict = {}
+    exec(compile(blocks[0], "README.md (Circuits 1)", "exec"), ns)
+    exec(compile(blocks[1].replace('"circuit.html"', repr(str(page))), "README.md (Circuits 2)", "exec"), ns)
+    assert 0 < ns["circuit"].n_edges <= 36 and page.is_file()
+    f = faithfulness(ns["model"], ns["clean"], ns["corrupted"], ns["circuit"], ns["metric"])
+    bottom = Circuit(ns["graph"], ns["eap_ig"].abs().argsort()[:36])  # the 36 lowest-scored edges
+    f_bottom = faithfulness(ns["model"], ns["clean"], ns["corrupted"], bottom, ns["metric"])
+    assert f > 0.3 and f > f_bottom + 0.3, (f, f_bottom)  # the top edges carry much of the metric, the bottom ones not
+    curve = ns["curve"]
+    assert curve.faithfulness[0] == 0.0 and curve.faithfulness[-1] == 1.0
+    assert 0 < ns["greedy"].n_edges < ns["graph"].n_edges
