@@ -94,7 +94,9 @@ if TASK == "induction":
         return logprobs.gather(-1, clean[:, SEQ_LEN + 2 :, None]).mean()
 
 else:
-    ds = IOIDataset(model.tokenizer, num_samples=200, seed=0)
+    NAMES = ["John", "Mary", "Tom", "James", "Dan", "Sarah", "Michael", "Alice", "Kate", "Paul", "David", "Lisa"]
+    NAMES = [n for n in NAMES if len(model.to_tokens(" " + n, prepend_bos=False)[0]) == 1]  # one token each
+    ds = IOIDataset(model.tokenizer, names=NAMES, num_samples=200, seed=0)
     rng = random.Random(1)
     pairs = []
     for sample in ds.samples:
