@@ -25,6 +25,7 @@ NOTEBOOKS = [
     "02_attention_heads",
     "03_cache_and_patch",
     "04_induction_circuit_from_weights",
+    "05_find_the_induction_circuit",
     "06_sae_features",
 ]
 FIRST_CELL = re.compile(r'^MODEL_NAME = "tiny-gpt2"(\s*#.*)?$')
@@ -254,6 +255,8 @@ def test_fresh_execution_gives_the_committed_outputs(name: str, tmp_path: Path) 
     assert not problems, f"{name}: the committed outputs are not what a fresh run gives " + "\n".join(problems[:20])
     if name.startswith("02"):
         assert (tmp_path / "attention_viewer.html").is_file(), "notebook 02 must save the attention viewer page"
+    if name.startswith("05"):
+        assert (tmp_path / "circuit.html").is_file(), "notebook 05 must save the circuit page"
 
 
 def _decimals(text: str) -> list[re.Match]:

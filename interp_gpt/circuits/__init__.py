@@ -7,7 +7,8 @@ tensors in the graph's edge order, so scores, masks and circuits line up.
 
 The modules, by job: `graph.py` (nodes, edges, names), `_run.py` (the batched edge-patched forward
 on the model's own hook points), `patch.py` (`patch_edges`, `path_patch`, transformer-lens 4.3's
-`get_act_patch_direct_path*`), `scores.py` (`eap_scores`, `eap_ig_scores`, `exact_edge_scores`).
+`get_act_patch_direct_path*`), `scores.py` (`eap_scores`, `eap_ig_scores`, `exact_edge_scores`), `circuit.py` (`Circuit`: top-k,
+threshold, `acdc`, pruning; `faithfulness`, `faithfulness_curve`).
 
 Example:
     >>> from interp_gpt.circuits import Graph, eap_scores, patch_edges
@@ -19,6 +20,7 @@ Example:
 
 from __future__ import annotations
 
+from .circuit import Circuit, FaithfulnessCurve, acdc, faithfulness, faithfulness_curve
 from .graph import Graph, Receiver
 from .patch import (
     ABLATIONS,
@@ -40,4 +42,9 @@ __all__ = [
     "eap_scores",
     "eap_ig_scores",
     "exact_edge_scores",
+    "Circuit",
+    "FaithfulnessCurve",
+    "acdc",
+    "faithfulness",
+    "faithfulness_curve",
 ]

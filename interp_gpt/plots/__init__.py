@@ -17,6 +17,9 @@ Every function returns a `plotly.graph_objects.Figure` and never shows it: call
     patching_heatmap        layer x position results of an activation-patching sweep
     head_patching_heatmap   layer x head results of an activation-patching sweep
     save_html               one self-contained, offline HTML file
+    circuit_graph           a circuit's nodes and edges (interp_gpt.circuits), layers top to bottom
+    faithfulness_plot       faithfulness against the number of edges kept
+    circuit_page            both in one figure, for one offline page
 
 Token text is escaped before plotly sees it (plotly reads `<b>`, `<br>` and `&...;` in
 labels as markup), so a token such as `<script>` shows as text and runs nothing. Positions
@@ -41,6 +44,7 @@ from ._shared import DIVERGING_COLORS as DIVERGING_COLORS
 from ._shared import SCORE_COLORS as SCORE_COLORS
 from ._shared import token_labels
 from .attention import attention_grid, attention_heatmap, attention_viewer
+from .circuits import circuit_graph, circuit_page, faithfulness_plot
 from .layers import (
     accumulated_resid_plot,
     answer_lens_plot,
@@ -67,4 +71,7 @@ __all__ = [
     "patching_heatmap",
     "head_patching_heatmap",
     "save_html",
+    "circuit_graph",
+    "faithfulness_plot",
+    "circuit_page",
 ]
