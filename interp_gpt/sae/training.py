@@ -334,12 +334,9 @@ class SAETrainer:
 
     def losses(self, x: Tensor) -> tuple[Tensor, dict[str, Tensor]]:
         """The training loss on a batch `[n, d_in]` and its parts (mse, l1 or aux) and the features.
-
-        TopK's maths is sae-lens' (encode `x - b_dec`, keep the k largest, decode), computed sparsely:
-        the `b_dec` shift is folded into the encoder's bias (`(x - b_dec) @ W_enc = x @ W_enc - b_dec @ W_enc`,
-        so the backward pass needs no `[n, d_in]` input gradient), and decoding sums the k chosen decoder
-        rows per token (`embedding_bag`) instead of multiplying by the mostly-zero `[n, d_sae]` features
-        (forward and backward: k / d_sae of the dense work)."""
+        TopK (sae-lens' maths) folds `b_dec` into the encoder bias (`(x - b_dec) @ W_enc = x @ W_enc -
+        b_dec @ W_enc`: no `[n, d_in]` input gradient) and decodes by summing the k chosen decoder rows
+        per token (`embedding_bag`: k / d_sae of the dense matmul's work, forward and backward)."""
         sae = self.sae
         if self.topk:
             assert sae.cfg.k is not None
