@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import statistics
 import sys
 import time
@@ -33,17 +34,22 @@ D_SAE, K, LR = 1024, 32, 2e-3
 
 
 def prefix_text(model, texts, n_windows):  # type: ignore[no-untyped-def]
-    """The shortest prefix of the training text (whole lines) whose windows number at least n_windows."""
+    """The shortest prefix of the training text (whole lines) whose windows number at least n_windows (so
+    the store reads the same windows sae-lens gets, not a longer text that fills its buffer further)."""
     from interp_gpt.sae.training import token_windows
 
     text = texts[0]
-    n_chars = n_windows * 128 * 5
-    while True:
-        cut = text.find("\n", min(n_chars, len(text) - 1)) + 1 or len(text)
-        tokens = token_windows(model, [text[:cut]], 128)
-        if tokens.shape[0] >= n_windows or cut >= len(text):
-            return text[:cut], tokens[:n_windows]
-        n_chars *= 2
+
+    def windows(cut: int) -> int:
+        return int(token_windows(model, [text[:cut]], 128).shape[0]) if cut > 200 else 0
+
+    ends = [i + 1 for i, c in enumerate(text) if c == "\n"] + [len(text)]
+    lo, hi = 0, len(ends) - 1  # bisect for the first line end with enough windows
+    while lo < hi:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if windows(ends[mid]) >= n_windows else (mid + 1, hi)
+    cut = ends[lo]
+    return text[:cut], token_windows(model, [text[:cut]], 128)[:n_windows]
 
 
 def ours(model, text: str, n_tokens: int, batch: int) -> float:  # type: ignore[no-untyped-def]
@@ -133,10 +139,14 @@ def main(argv: list[str] | None = None) -> int:
     med = {k: statistics.median(v) for k, v in times.items()}
     tps = {k: n_tokens / v for k, v in med.items()}
     ratio = tps["ours"] / tps["sae-lens"]
+    load = os.getloadavg()[0]
+    print(f"load average {load:.1f} on {os.cpu_count()} CPUs (other jobs share the machine: read the ratio)")
     print(f"tokens/s (median): ours {tps['ours']:.0f}, sae-lens {tps['sae-lens']:.0f}; "
           f"ratio {ratio:.2f} ({'PASS' if ratio >= 1.5 else 'MISS'}: goal >= 1.5)")  # fmt: skip
     if args.json:
-        Path(args.json).write_text(json.dumps({"times": times, "tokens": n_tokens, "ratio": ratio}, indent=2))
+        Path(args.json).write_text(
+            json.dumps({"times": times, "tokens": n_tokens, "ratio": ratio, "load_average": load}, indent=2)
+        )
     return 0
 
 

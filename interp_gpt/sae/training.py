@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 from tqdm.auto import tqdm  # type: ignore[import-untyped]
 
@@ -316,6 +317,7 @@ class SAETrainer:
         self.n_steps = 0
         self.n_tokens = 0
         self._initialised = False
+        self._fired: Tensor | None = None  # the features the last `losses` fired
         self.log: list[dict[str, float]] = []
 
     # ----- one step -----------------------------------------------------------------
@@ -331,17 +333,28 @@ class SAETrainer:
         self._initialised = True
 
     def losses(self, x: Tensor) -> tuple[Tensor, dict[str, Tensor]]:
-        """The training loss on a batch `[n, d_in]` and its parts (mse, l1 or aux) and the features."""
+        """The training loss on a batch `[n, d_in]` and its parts (mse, l1 or aux) and the features.
+        TopK (sae-lens' maths) folds `b_dec` into the encoder bias (`(x - b_dec) @ W_enc = x @ W_enc -
+        b_dec @ W_enc`: no `[n, d_in]` input gradient) and decodes by summing the k chosen decoder rows
+        per token (`embedding_bag`: k / d_sae of the dense matmul's work, forward and backward)."""
         sae = self.sae
-        sae_in = x - sae.b_dec * sae.cfg.apply_b_dec_to_input
-        hidden_pre = torch.addmm(sae.b_enc, sae_in, sae.W_enc)  # sae_in @ W_enc + b_enc, one pass
         if self.topk:
             assert sae.cfg.k is not None
+            bias = sae.b_enc - sae.b_dec @ sae.W_enc if sae.cfg.apply_b_dec_to_input else sae.b_enc
+            hidden_pre = torch.addmm(bias, x, sae.W_enc)  # (x - b_dec) @ W_enc + b_enc
             values, indices = torch.topk(hidden_pre, k=sae.cfg.k, dim=-1, sorted=False)
-            feats = torch.zeros_like(hidden_pre).scatter_(-1, indices, values.relu())
+            acts = values.relu()
+            x_hat = F.embedding_bag(indices, sae.W_dec, per_sample_weights=acts, mode="sum") + sae.b_dec
+            with torch.no_grad():
+                feats = torch.zeros_like(hidden_pre).scatter_(-1, indices, acts)
+                self._fired = torch.zeros(sae.cfg.d_sae, dtype=torch.bool, device=x.device)
+                self._fired[indices[acts > 0]] = True
         else:
+            sae_in = x - sae.b_dec * sae.cfg.apply_b_dec_to_input
+            hidden_pre = torch.addmm(sae.b_enc, sae_in, sae.W_enc)  # sae_in @ W_enc + b_enc, one pass
             feats = torch.relu(hidden_pre)
-        x_hat = torch.addmm(sae.b_dec, feats, sae.W_dec)  # feats @ W_dec + b_dec
+            x_hat = torch.addmm(sae.b_dec, feats, sae.W_dec)  # feats @ W_dec + b_dec
+            self._fired = None
         mse = (x_hat - x).pow(2).sum(-1).mean()
         parts = {"mse": mse, "feats": feats.detach()}
         loss = mse
@@ -353,17 +366,15 @@ class SAETrainer:
         else:
             dead = self.steps_since_fired >= self.cfg.dead_feature_window
             n_dead = int(dead.sum())
-            if n_dead:
+            if n_dead:  # AuxK: only when some feature is dead
                 k_aux = sae.cfg.d_in // 2
                 scale = min(n_dead / k_aux, 1.0)
                 k_aux = min(k_aux, n_dead)
                 masked = torch.where(dead[None], hidden_pre, -torch.inf)
-                values, indices = masked.topk(k_aux, dim=-1, sorted=False)
-                aux_feats = torch.zeros_like(hidden_pre).scatter_(-1, indices, values)
+                aux_values, aux_indices = masked.topk(k_aux, dim=-1, sorted=False)
+                aux_hat = F.embedding_bag(aux_indices, sae.W_dec, per_sample_weights=aux_values, mode="sum")
                 residual = (x - x_hat).detach()
-                parts["aux"] = (
-                    self.cfg.aux_coefficient * scale * (aux_feats @ sae.W_dec - residual).pow(2).sum(-1).mean()
-                )
+                parts["aux"] = self.cfg.aux_coefficient * scale * (aux_hat - residual).pow(2).sum(-1).mean()
                 loss = loss + parts["aux"]
         return loss, parts
 
@@ -393,7 +404,7 @@ class SAETrainer:
         with torch.no_grad():
             if self.normalize_decoder:
                 sae.W_dec.div_(sae.W_dec.norm(dim=-1, keepdim=True))
-            fired = (parts["feats"] > 0).any(0)
+            fired = self._fired if self._fired is not None else (parts["feats"] > 0).any(0)
             self.steps_since_fired += 1
             self.steps_since_fired[fired] = 0
         self.n_steps += 1

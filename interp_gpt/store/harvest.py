@@ -15,8 +15,9 @@ depends on nothing but its own windows: a harvest killed half-way (an error, Ctr
 resumes after the last shard its progress file records and writes the same bytes an
 uninterrupted harvest would. Without `shuffle` rows are in data order; in either case sorting
 all rows by `token_index` gives the single-process, unshuffled harvest, whatever the world size.
-Memory: two shards (one filling, one on its way to disk); each row is written straight to its
-place in the file's bytes (shardfile.py), so shuffling and serialising copy nothing.
+Memory: three shards' bytes (one filling in data order; one being permuted, in the writer thread,
+into the file's bytes, and that one; reused from shard to shard): the forward's thread only copies rows
+in order, and serialising copies nothing (shardfile.py).
 
 Files go through `interp_gpt.files` (whole or not at all). The manifest records the hooks, d_in,
 dtype, tokens per shard and sha256 of each, the text's sha256, and the model's and tokenizer's
@@ -158,13 +159,23 @@ class _NoBar:
         pass
 
 
-def _new_shard(store: Any, rows: int, rank: int, k: int) -> ShardBuffer:
-    """Shard `k` of `rank`: each hook's activations, `tokens`, `token_index`; permuted by its own seed."""
+def _columns(store: Any) -> dict[str, tuple[torch.dtype, tuple[int, ...]]]:
     columns: dict[str, tuple[torch.dtype, tuple[int, ...]]] = {h: (store.dtype, (d,)) for h, d in store.d_in.items()}
-    columns |= {"tokens": (torch.int32, ()), "token_index": (torch.int64, ())}
+    return columns | {"tokens": (torch.int32, ()), "token_index": (torch.int64, ())}
+
+
+def _new_shard(store: Any, rows: int, rank: int, k: int, spare: list[Tensor] | None = None) -> ShardBuffer:
+    """Shard `k` of `rank`: each hook's activations, `tokens`, `token_index`; permuted by its own seed.
+    Its bytes are a written shard's from `spare` when one is there (a fresh allocation costs page faults)."""
     gen = torch.Generator().manual_seed(_shard_seed(store.seed, rank, k))
     perm = torch.randperm(rows, generator=gen) if store.shuffle else None
-    return ShardBuffer(columns, rows, perm, {"format": FORMAT})
+    return ShardBuffer(_columns(store), rows, perm, {"format": FORMAT}, spare.pop() if spare else None)
+
+
+def _staging(store: Any, rows: int, spare: list[Tensor]) -> ShardBuffer:
+    """A shard's rows in data order, as they come from the forward passes (the same size as the shard:
+    the writer thread permutes them into the shard itself, off the forward's thread)."""
+    return ShardBuffer(_columns(store), rows, None, {"format": FORMAT}, spare.pop() if spare else None)
 
 
 def _add_rows(store: Any, shard: ShardBuffer, window_ids: list[int], tokens: Tensor) -> None:
@@ -233,8 +244,13 @@ def harvest(
     # one at a time, in order, so the progress file only ever lists a prefix of the shards.
     writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="harvest-writer")
     pending: list[Future[None]] = []
+    spare: list[Tensor] = []  # the bytes of shards on disk, for the next ones
 
-    def write(shard: ShardBuffer, k: int, first: int, digest: str) -> None:
+    def write(staged: ShardBuffer, k: int, first: int, digest: str) -> None:
+        # the shard, permuted by its seed; the last one, cut short, is a file of its own size
+        shard = _new_shard(store, staged.n, rank, k, spare if staged.n == staged.rows else None)
+        shard.add(staged.in_data_order())
+        spare.append(staged.buf)
         name = f"shard-r{rank:03d}-{k:06d}.safetensors"
         data = shard.view()
         with atomic_path(out / name) as tmp, open(tmp, "wb") as f:
@@ -243,6 +259,7 @@ def harvest(
         rec |= {"sha256": hashlib.sha256(data).hexdigest(), "data_sha256": digest}
         records.append(rec)
         write_atomic(progress_path, json.dumps({"config": config, "shards": records}, indent=1))
+        spare.append(shard.buf)
         if on_shard is not None:
             on_shard(rec)
 
@@ -251,10 +268,6 @@ def harvest(
             pending.pop().result()  # a failed write (or on_shard) raises here
 
     def finish(shard: ShardBuffer, first: int, k: int) -> None:
-        if shard.n < shard.rows:  # the last shard, cut short: a file of its own size, permuted by the same seed
-            short = _new_shard(store, shard.n, rank, k)
-            short.add(shard.in_data_order())
-            shard = short
         wait()
         pending.append(writer.submit(write, shard, k, first, store.windows.digest))
 
@@ -280,7 +293,7 @@ def harvest(
                     )
                 continue
             if shard is None:
-                shard, first = _new_shard(store, per_shard * ctx, rank, k), i
+                shard, first = _staging(store, per_shard * ctx, spare), i
             ids.append(i)
             rows.append(window)
             full = (local + 1) % per_shard == 0

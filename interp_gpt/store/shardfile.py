@@ -45,6 +45,7 @@ class ShardBuffer:
         rows: int,
         perm: Tensor | None = None,
         metadata: dict[str, str] | None = None,
+        buf: Tensor | None = None,
     ) -> None:
         self.columns, self.rows, self.metadata = columns, rows, dict(metadata or {})
         order = sorted(columns, key=lambda k: (_RANK[columns[k][0]], k))
@@ -61,7 +62,9 @@ class ShardBuffer:
         text = json.dumps(header, separators=(",", ":")).encode()
         text += b" " * (-len(text) % 8)
         base = 8 + len(text)
-        self.buf = torch.empty(base + start, dtype=torch.uint8)
+        size = base + start  # reuse `buf` (a spent shard's bytes) when it is the right size: no fresh pages
+        ok = buf is not None and buf.dtype == torch.uint8 and buf.numel() == size
+        self.buf = buf if ok and buf is not None else torch.empty(size, dtype=torch.uint8)
         self.buf[:8] = torch.frombuffer(bytearray(len(text).to_bytes(8, "little")), dtype=torch.uint8)
         self.buf[8:base] = torch.frombuffer(bytearray(text), dtype=torch.uint8)
         self.views = {

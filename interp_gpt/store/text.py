@@ -133,11 +133,12 @@ class TokenWindows:
             return [e.ids for e in backend.encode_batch_fast(pieces, add_special_tokens=False)]
         return [self.tokenizer.encode(p) for p in pieces]
 
-    def _stream(self) -> Iterator[tuple[Tensor, str]]:
+    def _stream(self) -> Iterator[tuple[np.ndarray, str]]:
         """Token ids in pieces (each document's chunks, a BOS between documents), each with the sha256
         of the text read up to it."""
         sha = hashlib.sha256()
         first = True
+        bos = np.array([self.bos], dtype=np.int64)
         for doc in _documents(self.data):
             sha.update(b"\x00document\x00")
             started = False
@@ -149,28 +150,37 @@ class TokenWindows:
                     if not ids:
                         continue
                     if not started and not first:
-                        yield torch.tensor([self.bos]), digest
+                        yield bos, digest
                     started, first = True, False
-                    yield torch.from_numpy(np.array(ids, dtype=np.int64)), digest  # 10x torch.tensor(list)
+                    yield np.array(ids, dtype=np.int64), digest
 
-    def __iter__(self) -> Iterator[Tensor]:
-        self._digest = hashlib.sha256().hexdigest()
+    def _blocks(self) -> Iterator[tuple[Tensor, str]]:
+        """The windows `[m, context_size]` each piece of the stream completes (m may be 0), with its digest.
+        Cut with numpy in the prefetch thread, so the consumer only hands out rows."""
         body = self.context_size - 1 if self.prepend_bos else self.context_size
-        bos = torch.tensor([self.bos])
-        pending = torch.empty(0, dtype=torch.long)
-        at = 0  # the next unused token of `pending`
-        for piece, digest in _prefetch(self._stream()):
-            self._digest = digest
-            pending = torch.cat([pending[at:], piece])
-            at, n = 0, len(pending)
+        span = np.arange(body)
+        pending = np.empty(0, dtype=np.int64)
+        for piece, digest in self._stream():
+            pending = np.concatenate([pending, piece])
+            at, n, starts = 0, len(pending), []
             while True:
-                if self.prepend_bos and at < n and int(pending[at]) == self.bos:
+                if self.prepend_bos and at < n and pending[at] == self.bos:
                     at += 1  # the window's own BOS stands for the separator
                 if n - at < body:
                     break
-                ids = pending[at : at + body]
+                starts.append(at)
                 at += body
-                yield torch.cat([bos, ids]) if self.prepend_bos else ids.clone()
+            rows = pending[np.array(starts, dtype=np.int64)[:, None] + span]
+            if self.prepend_bos:
+                rows = np.concatenate([np.full((len(starts), 1), self.bos, dtype=np.int64), rows], axis=1)
+            pending = pending[at:]
+            yield torch.from_numpy(rows), digest
+
+    def __iter__(self) -> Iterator[Tensor]:
+        self._digest = hashlib.sha256().hexdigest()
+        for rows, digest in _prefetch(self._blocks()):
+            self._digest = digest
+            yield from rows
 
 
 _END = object()
