@@ -9,13 +9,17 @@ from __future__ import annotations
 import dataclasses
 import json
 import shutil
+import sys
 import warnings
 from pathlib import Path
 
 import pytest
 import torch
 
-from interp_gpt import (
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import tl_gpt2  # noqa: E402
+
+from interp_gpt import (  # noqa: E402
     GPT,
     CheckpointError,
     Config,
@@ -51,24 +55,6 @@ def assert_same_log_probs(a: torch.Tensor, b: torch.Tensor, atol: float = 1e-4) 
 # ----------------------------------------------------------------------------
 # transformer-lens models, built offline from the HF model
 # ----------------------------------------------------------------------------
-def _tl_config(hf_model):  # type: ignore[no-untyped-def]
-    tl = pytest.importorskip("transformer_lens")
-    c = hf_model.config
-    return tl.HookedTransformerConfig(
-        n_layers=c.n_layer,
-        d_model=c.n_embd,
-        n_ctx=c.n_positions,
-        d_head=c.n_embd // c.n_head,
-        n_heads=c.n_head,
-        d_mlp=4 * c.n_embd,
-        d_vocab=c.vocab_size,
-        act_fn="gelu_new",
-        normalization_type="LN",
-        eps=c.layer_norm_epsilon,
-        original_architecture="GPT2LMHeadModel",
-    )
-
-
 def make_tl_model(hf_model, processed: bool):  # type: ignore[no-untyped-def]
     pytest.importorskip("transformer_lens")
     from interp_gpt.compare import transformer_lens_major
@@ -81,7 +67,7 @@ def make_tl_model(hf_model, processed: bool):  # type: ignore[no-untyped-def]
     from transformer_lens import HookedTransformer
     from transformer_lens.pretrained.weight_conversions import convert_gpt2_weights
 
-    cfg = _tl_config(hf_model)
+    cfg = tl_gpt2.tl_config(hf_model)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)  # HookedTransformer is deprecated in 3.9
         model = HookedTransformer(cfg)

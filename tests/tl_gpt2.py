@@ -58,6 +58,26 @@ def ours(hf: Any, vocab_dir: Path) -> Any:
     return model.eval()
 
 
+def tl_config(hf: Any, **extra: Any) -> Any:
+    """transformer-lens 3.x's HookedTransformerConfig for the Hugging Face GPT-2 `hf` (plus `extra` fields)."""
+    tl = pytest.importorskip("transformer_lens")
+    c = hf.config
+    return tl.HookedTransformerConfig(
+        n_layers=c.n_layer,
+        d_model=c.n_embd,
+        n_ctx=c.n_positions,
+        d_head=c.n_embd // c.n_head,
+        n_heads=c.n_head,
+        d_mlp=4 * c.n_embd,
+        d_vocab=c.vocab_size,
+        act_fn="gelu_new",
+        normalization_type="LN",
+        eps=c.layer_norm_epsilon,
+        original_architecture="GPT2LMHeadModel",
+        **extra,
+    )
+
+
 def reference(hf: Any, vocab_dir: Path) -> Any:
     """transformer-lens' model of `hf` (3.9 HookedTransformer, or 4.x TransformerBridge), unprocessed."""
     pytest.importorskip("transformer_lens")
@@ -72,24 +92,10 @@ def reference(hf: Any, vocab_dir: Path) -> Any:
         )
         bridge.eval().enable_compatibility_mode(disable_warnings=True, no_processing=True)
         return bridge
-    from transformer_lens import HookedTransformer, HookedTransformerConfig
+    from transformer_lens import HookedTransformer
     from transformer_lens.pretrained.weight_conversions import convert_gpt2_weights
 
-    c = hf.config
-    cfg = HookedTransformerConfig(
-        n_layers=c.n_layer,
-        d_model=c.n_embd,
-        n_ctx=c.n_positions,
-        d_head=c.n_embd // c.n_head,
-        n_heads=c.n_head,
-        d_mlp=4 * c.n_embd,
-        d_vocab=c.vocab_size,
-        act_fn="gelu_new",
-        normalization_type="LN",
-        eps=c.layer_norm_epsilon,
-        original_architecture="GPT2LMHeadModel",
-        device="cpu",
-    )
+    cfg = tl_config(hf, device="cpu")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # HookedTransformer is deprecated in 3.9
         model = HookedTransformer(cfg, tokenizer=tok)
