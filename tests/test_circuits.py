@@ -346,3 +346,15 @@ def test_logit_positions_unembed_only_what_the_metric_reads():
     torch.testing.assert_close(a, torch.stack([last(x) for x in full]).float(), atol=1e-6, rtol=1e-6)
     with pytest.raises(ValueError, match="logit_positions=6 is out of range"):
         patch_edges(model, clean, corrupted, sets, last, logit_positions=[6], progress=False)
+
+    # The metric sees one reused buffer: a metric that writes into its logits must not change
+    # what the next set's metric reads at the positions it did not score.
+    def scribbling(logits: torch.Tensor) -> torch.Tensor:
+        value = last(logits) + logits[:, 0, 3].mean()
+        logits[:, 0] += 100.0
+        return value
+
+    reads_first = torch.stack([last(x) + x[:, 0, 3].mean() for x in full]).float()
+    b = patch_edges(model, clean, corrupted, sets, scribbling, logit_positions=[-1], progress=False)
+    assert (reads_first - a).abs().max() > 1e-3  # position 0 matters to this metric
+    torch.testing.assert_close(b, torch.stack([last(x) + clean_logits[:, 0, 3].mean() for x in full]).float())

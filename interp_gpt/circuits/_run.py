@@ -134,7 +134,8 @@ def patched_logits(
     to r's input. With `frozen` (path patching), r's input is instead set to its value in the base
     run plus `other_of(s) - base_of(s)` over its patched edges. `from_tokens`: run the whole model
     from the tokens in one piece (a user's hooks then see one ordinary forward per copy).
-    `logit_positions`: unembed only these positions; the others keep the base run's logits."""
+    `logit_positions`: unembed only these positions and return only their logits
+    `[E*batch, len(logit_positions), d_vocab]` (see `LogitsWithBase`)."""
     n, n_heads = graph.n_layers, graph.n_heads
     n_copies = len(edge_sets)
     n_batch, n_pos = base.tokens.shape
@@ -210,18 +211,39 @@ def patched_logits(
         xs.index_put_(index, diff[pair_of_edge[idx].to(dev)], accumulate=True)
         return x
 
-    logits_idx: Tensor | None = None
+    # A layer whose head inputs are patched runs either split (every head gets its own copy of
+    # the residual stream: cost of the whole q/k/v projection again, and 3 * n_heads LayerNorms)
+    # (for a user's hooks, who then see ordinary split inputs, and for shortformer models, which
+    # add positions after ln1), or as usual with only the patched (copy, head) inputs' q / k / v
+    # recomputed (the block's own ln1 and `attn.project`) and written over what it computed:
+    # a split layer costs about 1.7 plain ones.
     split_layers: set[int] = set()
+    if from_tokens or model.cfg.positional_embedding_type == "shortformer":
+        split_layers = {layer for layer, kind in groups if kind in QKV}
+    resid_in: dict[int, Tensor] = {}  # layer -> the copies' input to it, as the forward runs
+    kept: set[int] = set()
+
+    logits_idx: Tensor | None = None
     for (layer, kind), idx_list in groups.items():
         idx = torch.tensor(idx_list, dtype=torch.long)
         if kind == "logits":
             logits_idx = idx
             continue
-        if kind in QKV:
-            split_layers.add(layer)
         fixed = None
         if frozen:
             fixed = (base.resid[layer] if kind in QKV else base.resid_mid[layer])[None]
+        rblock: Any = model.blocks[layer]
+        if kind in QKV and layer not in split_layers:
+            if layer not in kept:
+                kept.add(layer)
+
+                def keep(x: Tensor, hook: Any, layer: int = layer) -> None:
+                    resid_in[layer] = x
+
+                hooks.append((rblock.hook_resid_pre, keep))
+            recompute = _heads_recomputed(rblock, kind, idx, fixed, copy, heads_of, diff, pair_of_edge[idx].to(dev))
+            hooks.append((getattr(rblock.attn, f"hook_{kind}"), _with_input(recompute, resid_in, layer, n_copies)))
+            continue
 
         def patch(x: Tensor, hook: Any, idx: Tensor = idx, fixed: Tensor | None = fixed) -> Tensor:
             return add_into(x, idx, fixed)
@@ -250,9 +272,75 @@ def patched_logits(
             return model(resid, start_at_layer=n)
         # Only the positions the metric reads go through ln_final and the unembedding (a third
         # of GPT-2's compute on short prompts); LayerNorm and the unembedding act per position.
-        logits = base.logits.repeat(n_copies, 1, 1)
-        logits[:, logit_positions] = model(resid[:, logit_positions], start_at_layer=n)
-        return logits
+        return model(resid[:, logit_positions], start_at_layer=n)
+
+
+class LogitsWithBase:
+    """Full logits `[batch, pos, d_vocab]` of one patched copy from its logits at `positions`,
+    the other positions holding the base run's: `rows(part)`. With `reuse`, one buffer serves
+    every call (copying the base run's logits once rather than per copy: at GPT-2's vocabulary
+    that is 4 MB per prompt and position) and is refilled if a caller changed it in place."""
+
+    def __init__(self, base_logits: Tensor, positions: list[int], reuse: bool):
+        self.base, self.positions, self.reuse = base_logits, positions, reuse
+        self.buffer: Tensor | None = None
+        self.version = -1
+
+    def __call__(self, part: Tensor) -> Tensor:
+        if not self.reuse:
+            rows = self.base.clone()
+            rows[:, self.positions] = part
+            return rows
+        if self.buffer is None or self.buffer._version != self.version:
+            self.buffer = self.base.clone()
+        self.buffer[:, self.positions] = part
+        self.version = self.buffer._version
+        return self.buffer
+
+
+def _heads_recomputed(
+    block: Any,
+    kind: str,
+    idx: Tensor,
+    fixed: Tensor | None,
+    copy: Tensor,
+    heads_of: Tensor,
+    diff: Tensor,
+    pair_idx: Tensor,
+) -> Callable[[Tensor, Tensor], Tensor]:
+    """For the patched edges `idx` into heads' `kind` inputs of `block`, whose differences are
+    `diff[pair_idx]` `[len(idx), batch, pos, d_model]` (read when called: live senders fill
+    theirs during the forward): a function (the block's input `[copies, batch, pos, d_model]`,
+    its `kind` output `[copies * batch, pos, n_heads, d_head]`) -> that output with each patched
+    (copy, head) recomputed from its input plus its edges' differences (or, with `fixed`, the
+    base run's input plus them)."""
+    n_heads = block.cfg.n_heads
+    key, inverse = torch.unique(copy[idx] * n_heads + heads_of[idx], return_inverse=True)
+    dev = diff.device
+    copies, heads, inverse = (key // n_heads).to(dev), (key % n_heads).to(dev), inverse.to(dev)
+    W, b = getattr(block.attn, f"W_{kind.upper()}")[heads], getattr(block.attn, f"b_{kind.upper()}")[heads]
+
+    def recompute(resid: Tensor, out: Tensor) -> Tensor:
+        x = (fixed if fixed is not None else resid[copies]).expand(len(key), *diff.shape[1:]).clone()
+        x.index_add_(0, inverse, diff[pair_idx])  # [pairs, batch, pos, d_model]: each head's patched input
+        new = block.attn.project(block.ln1(x).permute(1, 2, 0, 3), W, b)  # [batch, pos, pairs, d_head]
+        o = out.reshape(resid.shape[0], -1, *out.shape[1:])  # [copies, batch, pos, n_heads, d_head]
+        o[copies, :, :, heads] = new.permute(2, 0, 1, 3)
+        return o.reshape(out.shape)
+
+    return recompute
+
+
+def _with_input(
+    recompute: Callable[[Tensor, Tensor], Tensor], resid_in: dict[int, Tensor], layer: int, n_copies: int
+) -> Callable[..., Tensor]:
+    """A hook on a q / k / v point of `layer` that runs `recompute` on the copies' input to the layer."""
+
+    def hook(out: Tensor, hook: Any) -> Tensor:
+        resid = resid_in[layer]
+        return recompute(resid.view(n_copies, -1, *resid.shape[1:]), out)
+
+    return hook
 
 
 def chunks(n_pairs: list[int], rows_per_copy: int, d_model: int, max_copies: int) -> list[list[int]]:

@@ -27,7 +27,7 @@ from ..checks import check_index, check_int_in_range, check_shape
 from ..model import GPT
 from ..patching.generic import DEFAULT_ROWS_PER_FORWARD, as_tokens, check_model, metric_value, user_hooked_points
 from ..patching.generic import warn_unbatched as _warn_unbatched
-from ._run import BaseRun, SenderValues, base_run, chunks, patched_logits
+from ._run import BaseRun, LogitsWithBase, SenderValues, base_run, chunks, patched_logits
 from .graph import QKV, Graph
 
 __all__ = [
@@ -163,6 +163,7 @@ def run_edge_sets(
     order = sorted(range(len(sets)), key=lambda i: starts[i])
     values: list[float] = [0.0] * len(sets)
     logits_out: list[Tensor | None] = [None] * len(sets)
+    full = None if positions is None else LogitsWithBase(base.logits, positions, reuse=metric is not None)
     bar = tqdm(total=len(sets), desc=desc, disable=not progress)
     try:
         with torch.no_grad():
@@ -188,6 +189,8 @@ def run_edge_sets(
                     )
                     for k, c in enumerate(ids):
                         rows = logits[k * n_batch : (k + 1) * n_batch]
+                        if full is not None:
+                            rows = full(rows)
                         if metric is None:
                             logits_out[c] = rows
                         else:
