@@ -11,6 +11,9 @@ shape with seeded random weights, CPU.
     checks that both give the same metric values (max |diff| < 1e-4). Measured twice: computing
     every position's logits, and with `logit_positions=-1` (the metric reads the last position only,
     so only it is unembedded: the unembedding is a third of the compute on 20-token prompts).
+    For scale it also times 100 plain forwards and counts the work (multiply-adds) the batched
+    copies do and the least any exact method must do (`work`): on a machine where a forward
+    already runs its matmuls at full speed (a CPU), that bounds the ratio from below.
 
 Times are medians of the repeats after one warm-up (for (b) the checking runs are the warm-up), the competitors interleaved (A B, A B, ...)
 so that load from other processes lands on both. Only the ratios mean anything on a shared machine.
@@ -73,6 +76,38 @@ def separate_forwards(
     return out
 
 
+def work(graph: Graph, cfg: Any, edges: list[int], n_pos: int, scored: int) -> tuple[float, float, float]:
+    """Multiply-adds per prompt of (1) one plain forward, (2) our batched copy of the clean run
+    with one edge patched, summed over `edges` (every layer from the receiver's on, `scored`
+    positions unembedded), (3) the least any exact method must compute for those copies: at
+    the receiver's layer only the patched head's projection, attention and output (or the MLP
+    receiver) then the MLP, the later layers in full except the last, where the positions nobody
+    scores need only their keys and values, and `scored` positions unembedded. Dense matmuls
+    and attention; LayerNorms, activations and adds left out (a few percent)."""
+    d, h, dh, m, v, n = cfg.d_model, cfg.n_heads, cfg.d_head, cfg.d_mlp, cfg.d_vocab, cfg.n_layers
+    scores = 2 * h * dh * (n_pos + 1) / 2  # q.k and pattern.v of one query over its causal keys, all heads
+    qkv, out, mlp = 3 * d * h * dh, h * dh * d, 2 * d * m
+    layer = n_pos * (qkv + out + mlp + scores)
+    unembed = scored * d * v
+    forward = n * layer + n_pos * d * v
+    ours = least = 0.0
+    for e in edges:
+        r = graph.receivers[int(graph.edge_receiver[e])]
+        if r.kind == "logits":
+            ours += unembed
+            least += unembed
+            continue
+        ours += (n - r.layer) * layer + unembed
+        rows = scored if r.layer == n - 1 else n_pos  # positions whose output is still needed
+        at = rows * mlp  # the receiver's layer
+        if r.kind != "mlp":  # one head's q, k or v, its attention and its output
+            at += (n_pos if r.kind != "q" else rows) * d * dh + rows * (scores / h + dh * d)
+        full = max(n - 2 - r.layer, 0)  # the layers after it but the last
+        last = n_pos * 2 * d * h * dh + scored * (d * h * dh + out + mlp + 2 * h * dh * n_pos)
+        least += at + full * layer + (last if r.layer < n - 1 else 0) + unembed
+    return forward, ours, least
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batch", type=int, default=8)
@@ -122,8 +157,15 @@ def main(argv: list[str] | None = None) -> int:
         fast_vals = patch_edges(model, clean, corrupted, sets, metric, logit_positions=-1, progress=False)
         fast_diff = float((fast_vals - torch.tensor(separate_vals)).abs().max())
         assert fast_diff < 1e-4, f"logit_positions=-1 changes the values: max |diff| {fast_diff:.2e}"
+
+        def plain() -> None:
+            with torch.no_grad():
+                for _ in edges:
+                    model(clean)
+
         t = interleaved(
             {
+                "plain": plain,
                 "separate": lambda: separate_forwards(model, graph, clean, corrupted, edges),
                 "batched": lambda: patch_edges(model, clean, corrupted, sets, metric, progress=False),
                 "batched, last position": lambda: patch_edges(
@@ -135,6 +177,16 @@ def main(argv: list[str] | None = None) -> int:
         )
         a = median(t["separate"])
         print(f"(b) {args.edges} separate hooked forwards {a:.3f} s; same values everywhere (max |diff| {diff:.1e})")
+        p = median(t["plain"])
+        print(f"    {args.edges} plain forwards (no hooks, no split inputs) {p:.3f} s: {p / a:.3f} of the hooked ones")
+        for label, scored in (("every position scored", args.tokens), ("last position scored", 1)):
+            fwd, ours, least = work(graph, model.cfg, edges, args.tokens, scored)
+            ours, least = ours / (args.edges * fwd), least / (args.edges * fwd)
+            print(
+                f"    work (multiply-adds) of {args.edges} plain forwards, {label}: our batched copies {ours:.3f}, "
+                f"the least any exact method needs {least:.3f}, i.e. at a plain forward's speed "
+                f"{least * p / a:.3f} of the hooked forwards' time"
+            )
         for name in ("batched", "batched, last position"):
             b = median(t[name])
             print(

@@ -211,12 +211,11 @@ def patched_logits(
         xs.index_put_(index, diff[pair_of_edge[idx].to(dev)], accumulate=True)
         return x
 
-    # A layer whose head inputs are patched runs either split (every head gets its own copy of
-    # the residual stream: cost of the whole q/k/v projection again, and 3 * n_heads LayerNorms)
-    # (for a user's hooks, who then see ordinary split inputs, and for shortformer models, which
-    # add positions after ln1), or as usual with only the patched (copy, head) inputs' q / k / v
-    # recomputed (the block's own ln1 and `attn.project`) and written over what it computed:
-    # a split layer costs about 1.7 plain ones.
+    # Patched head inputs: only the patched (copy, head) pairs' q / k / v are recomputed from
+    # their patched inputs (the block's own ln1 and `attn.project`) and written over what the
+    # layer computed. Split inputs (every head its own copy of the residual stream) cost about
+    # 1.7 plain layers; they are kept for a user's hooks, which then see ordinary split inputs,
+    # and for shortformer models, which add positions to q and k after ln1.
     split_layers: set[int] = set()
     if from_tokens or model.cfg.positional_embedding_type == "shortformer":
         split_layers = {layer for layer, kind in groups if kind in QKV}
