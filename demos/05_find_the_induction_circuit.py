@@ -200,23 +200,57 @@ if TASK == "induction":
         if graph.sender_head(int(graph.edge_sender[i])) is not None
         and graph.receivers[int(graph.edge_receiver[i])].kind in "qkv"
     ]
-    for L, h in induction:
-        edge = f"a0.h{prev} -> a{L}.h{h}<k>"
+
+    def print_ranks(edge, among_heads=True):
+        """The edge's score and rank by |score| (1 = strongest) for each method."""
         i = graph.edge_index(edge)
         for label, s in (("EAP", eap), ("EAP-IG", eap_ig), ("exact", exact)):
             rank_all = int((s.abs() > s[i].abs()).sum()) + 1
             rank_hh = int((s[heads].abs() > s[i].abs()).sum()) + 1
-            print(
-                f"  {edge:22s} {label:7s} {s[i]:+.4f}: rank {rank_all:3d} of {graph.n_edges} edges, "
-                f"{rank_hh:2d} of {len(heads)} head -> head edges"
-            )
+            among = f", {rank_hh:2d} of {len(heads)} head -> head edges" if among_heads else ""
+            print(f"  {edge:22s} {label:7s} {s[i]:+.4f}: rank {rank_all:3d} of {graph.n_edges} edges{among}")
+
+    direct = [f"a0.h{prev} -> a{L}.h{h}<k>" for L, h in induction]
+    for edge in direct:
+        print_ranks(edge)
 
 # %% [markdown]
-# The honest reading on tiny-gpt2: the previous-token → induction-key edges are clearly among
-# the strongest head → head edges, but not the strongest edges overall. Most of the metric
-# flows through edges from the input and into the logits (the input embedding feeds every
-# receiver; the heads write their prediction straight into the logits), and those big,
-# unsurprising edges rank first. The picture in section 6 shows both.
+# On tiny-gpt2 the previous-token → induction-key edges rank among the strongest head → head
+# edges, but not among the top 5% of all edges. The reason is that the previous-token signal
+# reaches the induction heads' keys two ways: **directly**, and **through MLP 0** (the head
+# writes into m0's input, `a0.h → m0`, and m0 writes into the keys, `m0 → a1.h<k>`). Each direct
+# edge carries only part of it; among the edges that rank above them are the m0 route's, beside
+# the input's edges into layer 0 and MLP 0 and m1's edge into the logits. The next cell ranks the
+# m0 route's edges and patches the routes exactly: the direct edges, the edge into m0, m0's
+# edges into the keys, and all of them together (corrupted values on those edges, every other
+# edge clean).
+
+# %%
+if TASK == "induction":
+    into_m0 = [f"a0.h{prev} -> m0"]
+    m0_to_keys = [f"m0 -> a{L}.h{h}<k>" for L, h in induction]
+    for edge in into_m0 + m0_to_keys:
+        print_ranks(edge, among_heads=False)
+    routes = {
+        "direct": direct,
+        "into m0": into_m0,
+        "m0 into the keys": m0_to_keys,
+        "all of them": direct + into_m0 + m0_to_keys,
+    }
+    values = patch_edges(
+        model, clean, corrupted, list(routes.values()), metric, logit_positions=POSITIONS, progress=False
+    )
+    for label, v in zip(routes, values.tolist(), strict=True):
+        lost = (clean_metric - v) / (clean_metric - corrupted_metric)
+        print(f"  {label:18s} metric {v:+.3f}: {lost:4.0%} of (clean − corrupted) lost   {', '.join(routes[label])}")
+
+# %% [markdown]
+# Patching the previous-token head's one edge into m0 costs more of the metric than its two
+# direct edges into the keys, and patching all of them costs more than the direct edges alone:
+# the route through MLP 0 is real, and most of what the previous-token head does here goes
+# that way. (`scripts/induction_edge_ranks.py` repeats these numbers for two corruptions, two
+# metrics and 16 prompts, and also patches the path a0.h → m0 → keys alone, which carries most
+# of the edge into m0's effect.)
 #
 # Exact patching of the top edges: each alone, and the top 5 together (corrupted values on
 # those edges, every other edge clean).
