@@ -221,7 +221,7 @@ def test_readme_circuits_example_runs_and_means_what_it_says():
     assert (
         namespace["values"][1]
         < namespace["values"][0]
-        < float(namespace["metric"](namespace["model"](namespace["clean"])))
+        < float(namespace["metric"](namespace["model"](namespace["clean"]).detach()))
     )
 
 
