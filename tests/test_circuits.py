@@ -369,7 +369,8 @@ def _reference_path_patch(model, clean, corrupted, senders, receivers):  # type:
                 return out
 
             hooks += [(f"blocks.{layer}.attn.hook_result", heads)]
-            hooks += [(f"blocks.{layer}.hook_mlp_out", lambda x, hook: cc[hook.name])]
+            if not model.cfg.attn_only:
+                hooks += [(f"blocks.{layer}.hook_mlp_out", lambda x, hook: cc[hook.name])]
         kept = {}
         for rl, rh, c in receivers:
             hooks.append(
@@ -391,8 +392,9 @@ def _reference_path_patch(model, clean, corrupted, senders, receivers):  # type:
         return model.run_with_hooks(clean, fwd_hooks=[(f"blocks.{k[0]}.hook_{k[2]}_input", setter(k)) for k in kept])
 
 
-def test_path_patching_matches_the_two_step_procedure():
-    cfg = Config(n_layers=3, d_model=36, n_heads=3, d_vocab=60, n_ctx=16)
+@pytest.mark.parametrize("toy", [None, "attn-only", "attn-only-shortformer"])
+def test_path_patching_matches_the_two_step_procedure(toy):
+    cfg = Config(n_layers=3, d_model=36, n_heads=3, d_vocab=60, n_ctx=16, **(TOYS[toy] if toy else {}))
     model = random_model(cfg, seed=5)
     clean, corrupted = tokens(cfg, 1, (3, 6)), tokens(cfg, 2, (3, 6))
     # Chained receivers: a1.h0's value input and a2.h1's query (a1.h0 is upstream of a2.h1).
