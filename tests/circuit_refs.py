@@ -1,6 +1,9 @@
 """Brute-force references for the circuit tests, written with plain hooks and nothing from
 interp_gpt.circuits: sender outputs read at `attn.hook_result` (not `hook_z` as the package does),
-and every receiver input rebuilt from scratch as biases + the sum of its senders' outputs."""
+and every receiver input rebuilt from scratch as biases + the sum of its senders' outputs.
+The input sender is layer 0's `hook_resid_pre`, what the residual stream starts with (not rebuilt
+from the embeddings: a shortformer model's starts without the positions). An attention-only
+model (`cfg.attn_only`) has no MLP senders, receivers, biases or hooks."""
 
 from __future__ import annotations
 
@@ -34,7 +37,7 @@ def all_flags(model: GPT):  # type: ignore[no-untyped-def]
     saved = (model.cfg.use_attn_result, model.cfg.use_split_qkv_input, model.cfg.use_hook_mlp_in)
     model.set_use_attn_result(True)
     model.set_use_split_qkv_input(True)
-    model.set_use_hook_mlp_in(True)
+    model.set_use_hook_mlp_in(not model.cfg.attn_only)
     try:
         yield
     finally:
@@ -43,18 +46,20 @@ def all_flags(model: GPT):  # type: ignore[no-untyped-def]
         model.set_use_hook_mlp_in(saved[2])
 
 
+def layer_senders(cfg: Config, layer: int) -> list[str]:
+    """The senders of one layer: its heads, then its MLP unless the model is attention-only."""
+    return [f"a{layer}.h{h}" for h in range(cfg.n_heads)] + ([] if cfg.attn_only else [f"m{layer}"])
+
+
 def sender_names(cfg: Config) -> list[str]:
-    names = ["input"]
-    for layer in range(cfg.n_layers):
-        names += [f"a{layer}.h{h}" for h in range(cfg.n_heads)] + [f"m{layer}"]
-    return names
+    return ["input"] + [s for layer in range(cfg.n_layers) for s in layer_senders(cfg, layer)]
 
 
 def upstream(cfg: Config, layer: int, mlp: bool) -> list[str]:
     """The senders a receiver in `layer` reads (layer = n_layers: the logits)."""
     names = ["input"]
     for ell in range(layer):
-        names += [f"a{ell}.h{h}" for h in range(cfg.n_heads)] + [f"m{ell}"]
+        names += layer_senders(cfg, ell)
     if mlp:
         names += [f"a{layer}.h{h}" for h in range(cfg.n_heads)]
     return names
@@ -64,7 +69,9 @@ def bias(model: GPT, layer: int, mlp: bool) -> Tensor:
     """The biases in a receiver's input: b_O and b_out of every earlier layer (+ b_O of its own for an MLP)."""
     total = torch.zeros_like(model.blocks[0].attn.b_O)
     for ell in range(layer):
-        total = total + model.blocks[ell].attn.b_O + model.blocks[ell].mlp.b_out
+        total = total + model.blocks[ell].attn.b_O
+        if not model.cfg.attn_only:
+            total = total + model.blocks[ell].mlp.b_out
     if mlp:
         total = total + model.blocks[layer].attn.b_O
     return total
@@ -74,11 +81,12 @@ def sender_values(model: GPT, tokens: Tensor) -> dict[str, Tensor]:
     """Every sender's output [batch, pos, d_model] by name, from one hooked run."""
     with all_flags(model), torch.no_grad():
         _, cache = model.run_with_cache(tokens)
-    out = {"input": cache["hook_embed"] + cache["hook_pos_embed"]}
+    out = {"input": cache["blocks.0.hook_resid_pre"]}
     for layer in range(model.cfg.n_layers):
         for h in range(model.cfg.n_heads):
             out[f"a{layer}.h{h}"] = cache[f"blocks.{layer}.attn.hook_result"][:, :, h]
-        out[f"m{layer}"] = cache[f"blocks.{layer}.hook_mlp_out"] - model.blocks[layer].mlp.b_out
+        if not model.cfg.attn_only:
+            out[f"m{layer}"] = cache[f"blocks.{layer}.hook_mlp_out"] - model.blocks[layer].mlp.b_out
     return out
 
 
@@ -100,13 +108,10 @@ def brute_patch(model: GPT, clean: Tensor, other: dict[str, Tensor], edges: list
             total = total + (other[s] if (s, receiver) in patched else live[s])
         return total
 
-    def embed(x: Tensor, hook: Any) -> None:
-        live["_embed"] = x
+    def start(x: Tensor, hook: Any) -> None:  # no receiver comes before it: the clean input
+        live["input"] = x
 
-    def pos(x: Tensor, hook: Any) -> None:
-        live["input"] = live["_embed"] + x
-
-    hooks: list[tuple[str, Callable[..., Any]]] = [("hook_embed", embed), ("hook_pos_embed", pos)]
+    hooks: list[tuple[str, Callable[..., Any]]] = [("blocks.0.hook_resid_pre", start)]
     for layer in range(n):
 
         def result(x: Tensor, hook: Any, layer: int = layer) -> None:
@@ -119,8 +124,9 @@ def brute_patch(model: GPT, clean: Tensor, other: dict[str, Tensor], edges: list
         def mlp_in(x: Tensor, hook: Any, layer: int = layer) -> Tensor:
             return rebuild(f"m{layer}", layer, True)
 
-        hooks += [(f"blocks.{layer}.attn.hook_result", result), (f"blocks.{layer}.hook_mlp_out", mlp_out)]
-        hooks.append((f"blocks.{layer}.hook_mlp_in", mlp_in))
+        hooks.append((f"blocks.{layer}.attn.hook_result", result))
+        if not cfg.attn_only:
+            hooks += [(f"blocks.{layer}.hook_mlp_out", mlp_out), (f"blocks.{layer}.hook_mlp_in", mlp_in)]
         for c in "qkv":
 
             def qkv(x: Tensor, hook: Any, layer: int = layer, c: str = c) -> Tensor:
@@ -154,7 +160,8 @@ def receiver_inputs_and_grads(model: GPT, resid0: Tensor, metric: Callable[[Tens
         return fn
 
     hooks = [(f"blocks.{layer}.hook_{c}_input", keep(f"{layer}{c}")) for layer in range(n) for c in "qkv"]
-    hooks += [(f"blocks.{layer}.hook_mlp_in", keep(f"m{layer}")) for layer in range(n)]
+    if not cfg.attn_only:
+        hooks += [(f"blocks.{layer}.hook_mlp_in", keep(f"m{layer}")) for layer in range(n)]
     hooks.append((f"blocks.{n - 1}.hook_resid_post", keep("logits")))
     with all_flags(model), torch.enable_grad():
         x = resid0.detach().clone().requires_grad_(True)
@@ -166,6 +173,7 @@ def receiver_inputs_and_grads(model: GPT, resid0: Tensor, metric: Callable[[Tens
         for c in "qkv":
             for h in range(cfg.n_heads):
                 out[f"a{layer}.h{h}<{c}>"] = grads[f"{layer}{c}"][:, :, h]
-        out[f"m{layer}"] = grads[f"m{layer}"]
+        if not cfg.attn_only:
+            out[f"m{layer}"] = grads[f"m{layer}"]
     out["logits"] = grads["logits"]
     return out

@@ -3,6 +3,7 @@ references written with plain hooks (tests/circuit_refs.py), and the bad-input e
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 import warnings
 from pathlib import Path
@@ -11,7 +12,18 @@ import pytest
 import torch
 
 from interp_gpt import Config, preset
-from interp_gpt.circuits import Graph, patch_edges, path_patch
+from interp_gpt.circuits import (
+    Circuit,
+    Graph,
+    acdc,
+    eap_ig_scores,
+    eap_scores,
+    faithfulness,
+    faithfulness_curve,
+    patch_edges,
+    path_patch,
+)
+from interp_gpt.plots import circuit_graph
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from circuit_refs import (  # noqa: E402
@@ -24,6 +36,15 @@ from circuit_refs import (  # noqa: E402
 
 TWO = Config(n_layers=2, d_model=36, n_heads=3, d_vocab=60, n_ctx=16)
 FOUR = Config(n_layers=4, d_model=48, n_heads=4, d_vocab=80, n_ctx=16, d_mlp=96)
+# The toy configurations: no MLPs (the classic induction-circuit setting), shortformer positions
+# (added to q and k after ln1, so the residual stream starts as the token embedding alone), no
+# LayerNorm, and both of the first two.
+TOYS = {
+    "attn-only": dict(attn_only=True),
+    "shortformer": dict(positional_embedding_type="shortformer"),
+    "no-norm": dict(normalization_type=None),
+    "attn-only-shortformer": dict(attn_only=True, positional_embedding_type="shortformer"),
+}
 
 
 def tokens(cfg: Config, seed: int, shape: tuple[int, int] = (2, 6)) -> torch.Tensor:
@@ -51,7 +72,8 @@ def _expected_edges(cfg: Config) -> set[str]:
         return -1 if s == "input" else int(s[1:].split(".")[0])
 
     receivers = [(f"a{L}.h{h}<{c}>", L, False) for L in range(cfg.n_layers) for h in range(cfg.n_heads) for c in "qkv"]
-    receivers += [(f"m{L}", L, True) for L in range(cfg.n_layers)] + [("logits", cfg.n_layers, False)]
+    receivers += [] if cfg.attn_only else [(f"m{L}", L, True) for L in range(cfg.n_layers)]
+    receivers.append(("logits", cfg.n_layers, False))
     out = set()
     for s in sender_names(cfg):
         for r, layer, is_mlp in receivers:
@@ -60,11 +82,38 @@ def _expected_edges(cfg: Config) -> set[str]:
     return out
 
 
-@pytest.mark.parametrize("cfg", [TWO, FOUR, preset("distilgpt2")], ids=["2-layer", "4-layer", "distilgpt2"])
+@pytest.mark.parametrize(
+    "cfg",
+    [TWO, FOUR, preset("distilgpt2"), dataclasses.replace(FOUR, attn_only=True)],
+    ids=["2-layer", "4-layer", "distilgpt2", "4-layer-attn-only"],
+)
 def test_edges_are_every_sender_upstream_of_every_receiver_input(cfg):
     g = Graph(cfg)
     assert set(g.edge_names) == _expected_edges(cfg)
     assert g.n_edges == len(g.edge_names)
+
+
+@pytest.mark.parametrize("n_layers, n_heads", [(1, 1), (2, 3), (2, 12), (4, 4)])
+def test_an_attention_only_graph_has_no_mlp_nodes(n_layers, n_heads):
+    g = Graph(Config(n_layers=n_layers, d_model=12 * n_heads, n_heads=n_heads, d_vocab=50, n_ctx=8, attn_only=True))
+    L, H = n_layers, n_heads
+    assert len(g.senders) == 1 + L * H and g.n_nodes == 2 + L * H
+    assert len(g.receivers) == 3 * H * L + 1
+    # Layer l's 3H head inputs each read the input and the H heads of every earlier layer; the
+    # logits read every sender.
+    assert g.n_edges == sum(3 * H * (1 + layer * H) for layer in range(L)) + 1 + L * H
+    assert not any(n.startswith("m") for n in g.nodes)
+    last = f"a{L - 1}.h{H - 1}"
+    assert g.edge_name(g.n_edges - 1) == f"{last} -> logits"
+    for i, name in enumerate(g.edge_names):  # the index arithmetic agrees with the names
+        assert g.edge_index(name) == i
+    for s, name in enumerate(g.senders[1:], start=1):
+        layer, head = (int(x) for x in name[1:].split(".h"))
+        assert g.sender_layer(s) == layer and g.sender_head(s) == head and g.head_sender(layer, head) == s
+    with pytest.raises(KeyError, match="attention-only"):
+        g.edge_index("m0 -> logits")
+    with pytest.raises(ValueError, match="attention-only"):
+        g.mlp_receiver(0)
 
 
 def test_edge_names_and_indices_round_trip():
@@ -110,10 +159,12 @@ def test_an_edge_that_goes_upstream_is_refused_by_name():
 # ----------------------------------------------------------------------------
 # exact edge patching against the brute-force reference
 # ----------------------------------------------------------------------------
-def test_every_single_edge_of_a_2_layer_model_matches_brute_force():
-    model = random_model(TWO)
-    clean, corrupted = tokens(TWO, 1), tokens(TWO, 2)
-    g = Graph(TWO)
+@pytest.mark.parametrize("toy", [None, *TOYS])
+def test_every_single_edge_of_a_2_layer_model_matches_brute_force(toy):
+    cfg = dataclasses.replace(TWO, **TOYS[toy]) if toy else TWO
+    model = random_model(cfg)
+    clean, corrupted = tokens(cfg, 1), tokens(cfg, 2)
+    g = Graph(cfg)
     got = patch_edges(model, clean, corrupted, [[e] for e in g.edge_names], progress=False)
     other = sender_values(model, corrupted)
     clean_logits = model(clean)
@@ -139,10 +190,12 @@ def test_sampled_edge_sets_on_a_4_layer_model_match_brute_force():
     torch.testing.assert_close(got, want.float(), atol=1e-5, rtol=1e-5)
 
 
-def test_all_edges_give_the_corrupted_run_and_none_the_clean_run():
-    model = random_model(FOUR, seed=7)
-    clean, corrupted = tokens(FOUR, 8), tokens(FOUR, 9)
-    g = Graph(FOUR)
+@pytest.mark.parametrize("toy", [None, "attn-only", "attn-only-shortformer"])
+def test_all_edges_give_the_corrupted_run_and_none_the_clean_run(toy):
+    cfg = dataclasses.replace(FOUR, **TOYS[toy]) if toy else FOUR
+    model = random_model(cfg, seed=7)
+    clean, corrupted = tokens(cfg, 8), tokens(cfg, 9)
+    g = Graph(cfg)
     out = patch_edges(
         model, clean, corrupted, [[], g.edge_names, torch.ones(g.n_edges, dtype=torch.bool)], progress=False
     )
@@ -162,12 +215,17 @@ def test_float32_model_matches_to_1e_5():
         torch.testing.assert_close(got[i], brute_patch(model, clean, other, s), atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.parametrize("toy", [None, "attn-only", "shortformer"])
 @pytest.mark.parametrize("ablation", ["zero", "mean", "resample"])
-def test_ablations_match_brute_force(ablation):
-    model = random_model(TWO, seed=4)
-    clean = tokens(TWO, 5, (4, 6))
-    g = Graph(TWO)
-    sets = [g.edge_names[::5], ["a0.h1 -> a1.h0<k>"], ["m1 -> logits", "input -> m0"]]
+def test_ablations_match_brute_force(ablation, toy):
+    # (Zero-ablating a shortformer model's input removes the embeddings alone: the positions are
+    # no sender's; corrupted tokens, means and resamples patch differences, where they cancel.)
+    cfg = dataclasses.replace(TWO, **TOYS[toy]) if toy else TWO
+    model = random_model(cfg, seed=4)
+    clean = tokens(cfg, 5, (4, 6))
+    g = Graph(cfg)
+    last = ["a1.h2 -> logits", "input -> a1.h0<v>"] if cfg.attn_only else ["m1 -> logits", "input -> m0"]
+    sets = [g.edge_names[::5], ["a0.h1 -> a1.h0<k>"], last]
     got = patch_edges(model, clean, ablation, sets, seed=3, progress=False)
     values = sender_values(model, clean)
     if ablation == "zero":
@@ -240,6 +298,56 @@ def test_a_users_hook_unbatches_with_a_warning_and_sees_single_runs():
 
 
 # ----------------------------------------------------------------------------
+# the toy configurations: edge scores, circuits and pictures
+# ----------------------------------------------------------------------------
+@pytest.mark.parametrize("toy", ["attn-only", "shortformer", "attn-only-shortformer"])
+def test_eap_and_eap_ig_equal_the_autograd_reference_on_toy_models(toy):
+    from test_circuits_scores import _reference_scores
+    from test_circuits_scores import metric as eap_metric
+
+    cfg = dataclasses.replace(TWO, **TOYS[toy])
+    model = random_model(cfg, seed=5)
+    clean, corrupted = tokens(cfg, 3, (3, 6)), tokens(cfg, 4, (3, 6))
+    want = _reference_scores(model, clean, corrupted, [1.0])
+    torch.testing.assert_close(eap_scores(model, clean, corrupted, eap_metric).double(), want, atol=1e-5, rtol=1e-4)
+    assert (want.abs() > 1e-4).float().mean() > 0.5  # most edges carry something: the check can fail
+    # EAP-IG interpolates from the corrupted input sender: with shortformer, the embeddings alone.
+    want = _reference_scores(model, clean, corrupted, [0.5, 1.0])
+    got = eap_ig_scores(model, clean, corrupted, eap_metric, steps=2, progress=False)
+    torch.testing.assert_close(got.double(), want, atol=1e-5, rtol=1e-4)
+
+
+def test_circuit_faithfulness_and_picture_of_an_attention_only_model():
+    cfg = dataclasses.replace(TWO, attn_only=True)
+    model = random_model(cfg, seed=6)
+    clean, corrupted = tokens(cfg, 5), tokens(cfg, 6)
+    g = Graph(cfg)
+    kept = ["input -> a0.h1<v>", "a0.h1 -> a1.h2<k>", "input -> a1.h2<q>", "a1.h2 -> logits", "a0.h0 -> a1.h1<q>"]
+    c = Circuit(g, kept).pruned()  # a1.h1 reaches nothing, and nothing reaches a0.h0
+    assert set(c.edges) == set(kept[:4]) and c.nodes == ["input", "a0.h1", "a1.h2", "logits"]
+    # the circuit keeps its edges clean and patches every other one: brute force, by hand
+    other = sender_values(model, corrupted)
+    m_circuit = float(metric(brute_patch(model, clean, other, [e for e in g.edge_names if e not in c.edges])))
+    with torch.no_grad():
+        m_full, m_empty = float(metric(model(clean))), float(metric(model(corrupted)))
+    want = (m_circuit - m_empty) / (m_full - m_empty)
+    assert faithfulness(model, clean, corrupted, c, metric) == pytest.approx(want, abs=1e-6)
+    assert abs(want) > 1e-3 and abs(want - 1) > 1e-3  # neither the empty nor the full graph's
+    scores = torch.linspace(1.0, 2.0, g.n_edges, dtype=torch.float64)
+    curve = faithfulness_curve(model, clean, corrupted, scores, metric, [0, g.n_edges], progress=False)
+    assert curve.faithfulness.tolist() == pytest.approx([0.0, 1.0], abs=1e-6)
+    found = acdc(model, clean, corrupted, metric, tau=0.0, progress=False)  # tau 0: nothing is removed
+    assert found.n_edges == g.n_edges
+    fig = circuit_graph(c)
+    assert {t.meta for t in fig.data if t.meta} == set(c.edges)
+    nodes = next(t for t in fig.data if t.name == "nodes")
+    ys = dict(zip(nodes.text, nodes.y, strict=True))
+    assert ys == {"input": 0, "a0.h1": 1, "a1.h2": 2, "logits": 3}  # one row per layer: no MLP rows
+    assert list(fig.layout.yaxis.ticktext) == ["input", "attn 0", "attn 1", "logits"]
+    assert "MLP" not in fig.layout.xaxis.ticktext
+
+
+# ----------------------------------------------------------------------------
 # path patching against the IOI paper's two-step procedure
 # ----------------------------------------------------------------------------
 def _reference_path_patch(model, clean, corrupted, senders, receivers):  # type: ignore[no-untyped-def]
@@ -261,7 +369,8 @@ def _reference_path_patch(model, clean, corrupted, senders, receivers):  # type:
                 return out
 
             hooks += [(f"blocks.{layer}.attn.hook_result", heads)]
-            hooks += [(f"blocks.{layer}.hook_mlp_out", lambda x, hook: cc[hook.name])]
+            if not model.cfg.attn_only:
+                hooks += [(f"blocks.{layer}.hook_mlp_out", lambda x, hook: cc[hook.name])]
         kept = {}
         for rl, rh, c in receivers:
             hooks.append(
@@ -283,8 +392,9 @@ def _reference_path_patch(model, clean, corrupted, senders, receivers):  # type:
         return model.run_with_hooks(clean, fwd_hooks=[(f"blocks.{k[0]}.hook_{k[2]}_input", setter(k)) for k in kept])
 
 
-def test_path_patching_matches_the_two_step_procedure():
-    cfg = Config(n_layers=3, d_model=36, n_heads=3, d_vocab=60, n_ctx=16)
+@pytest.mark.parametrize("toy", [None, "attn-only", "attn-only-shortformer"])
+def test_path_patching_matches_the_two_step_procedure(toy):
+    cfg = Config(n_layers=3, d_model=36, n_heads=3, d_vocab=60, n_ctx=16, **(TOYS[toy] if toy else {}))
     model = random_model(cfg, seed=5)
     clean, corrupted = tokens(cfg, 1, (3, 6)), tokens(cfg, 2, (3, 6))
     # Chained receivers: a1.h0's value input and a2.h1's query (a1.h0 is upstream of a2.h1).

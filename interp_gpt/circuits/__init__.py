@@ -2,7 +2,9 @@
 
 The graph (`graph.py`) has the nodes circuit-finding tools count (the input, every head, every
 MLP, the logits) and an edge from each sender to each downstream receiver input (a head's q, k or
-v input, an MLP, the logits): 32,491 edges for GPT-2 small. Edge methods return `[n_edges]`
+v input, an MLP, the logits): 32,491 edges for GPT-2 small. An attention-only model
+(`attn_only=True`, the classic 2-layer induction setting) has no MLP nodes; with shortformer
+positions the input sender is the token embedding alone. Edge methods return `[n_edges]`
 tensors in the graph's edge order, so scores, masks and circuits line up.
 
 The modules, by job: `graph.py` (nodes, edges, names), `_run.py` (the batched edge-patched forward

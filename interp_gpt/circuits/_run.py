@@ -20,6 +20,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from ..config import Config
 from ..hooks import HookPoint
 from ..model import GPT
 from .graph import QKV, Graph
@@ -29,24 +30,31 @@ from .graph import QKV, Graph
 PAIR_FLOATS = 2**26
 
 
-def sender_hook_names(n_layers: int) -> list[str]:
+def sender_hook_names(cfg: Config) -> list[str]:
     """The hook points whose values give every sender's output."""
-    names = ["hook_embed", "hook_pos_embed"]
-    for layer in range(n_layers):
-        names += [f"blocks.{layer}.attn.hook_z", f"blocks.{layer}.hook_mlp_out"]
+    names = ["hook_embed"] if cfg.positional_embedding_type == "shortformer" else ["hook_embed", "hook_pos_embed"]
+    for layer in range(cfg.n_layers):
+        names.append(f"blocks.{layer}.attn.hook_z")
+        if not cfg.attn_only:
+            names.append(f"blocks.{layer}.hook_mlp_out")
     return names
 
 
 def sender_outputs(model: GPT, cache: Any) -> Tensor:
     """Every sender's output `[batch, pos, n_senders, d_model]` from a cache holding
-    `sender_hook_names`: the input `embed + pos_embed`, each head's `z @ W_O` (no `b_O`),
-    each MLP's output minus `b_out`."""
-    outs = [(cache["hook_embed"] + cache["hook_pos_embed"])[:, :, None]]
+    `sender_hook_names`: the input (what the residual stream starts with: `embed + pos_embed`,
+    `embed` alone with shortformer positions), each head's `z @ W_O` (no `b_O`), each MLP's
+    output minus `b_out` (none in an attention-only model)."""
+    cfg = model.cfg
+    embed = cache["hook_embed"]
+    start = embed if cfg.positional_embedding_type == "shortformer" else embed + cache["hook_pos_embed"]
+    outs = [start[:, :, None]]
     blocks: Any = model.blocks
     for layer, block in enumerate(blocks):
         z = cache[f"blocks.{layer}.attn.hook_z"]  # [batch, pos, n_heads, d_head]
         outs.append(torch.einsum("bphe,hed->bphd", z, block.attn.W_O))
-        outs.append((cache[f"blocks.{layer}.hook_mlp_out"] - block.mlp.b_out)[:, :, None])
+        if not cfg.attn_only:
+            outs.append((cache[f"blocks.{layer}.hook_mlp_out"] - block.mlp.b_out)[:, :, None])
     return torch.cat(outs, dim=2)
 
 
@@ -58,14 +66,15 @@ class BaseRun:
     logits: Tensor  # [batch, pos, d_vocab]
     senders: Tensor  # [batch, pos, n_senders, d_model]
     resid: list[Tensor]  # resid[L]: the residual stream entering layer L; resid[n_layers]: before ln_final
-    resid_mid: list[Tensor]  # [batch, pos, d_model] per layer: the MLP's input
+    resid_mid: list[Tensor]  # [batch, pos, d_model] per layer: the MLP's input (empty if attn_only)
 
 
 def base_run(model: GPT, tokens: Tensor) -> BaseRun:
     """Run `tokens` once (no grad), keeping what patched copies of this run need."""
     n = model.cfg.n_layers
-    names = sender_hook_names(n) + [f"blocks.{layer}.hook_resid_pre" for layer in range(n)]
-    names += [f"blocks.{layer}.hook_resid_mid" for layer in range(n)] + [f"blocks.{n - 1}.hook_resid_post"]
+    mids = [] if model.cfg.attn_only else [f"blocks.{layer}.hook_resid_mid" for layer in range(n)]
+    names = sender_hook_names(model.cfg) + [f"blocks.{layer}.hook_resid_pre" for layer in range(n)]
+    names += mids + [f"blocks.{n - 1}.hook_resid_post"]
     with torch.no_grad():
         logits, cache = model.run_with_cache(tokens, names_filter=names)
     resid = [cache[f"blocks.{layer}.hook_resid_pre"] for layer in range(n)] + [cache[f"blocks.{n - 1}.hook_resid_post"]]
@@ -74,7 +83,7 @@ def base_run(model: GPT, tokens: Tensor) -> BaseRun:
         logits=logits,
         senders=sender_outputs(model, cache),
         resid=resid,
-        resid_mid=[cache[f"blocks.{layer}.hook_resid_mid"] for layer in range(n)],
+        resid_mid=[cache[name] for name in mids],
     )
 
 

@@ -6,7 +6,8 @@ Receiver inputs (what reads the residual stream), in forward order:
     a{L}.h{h}<q>, a{L}.h{h}<k>, a{L}.h{h}<v> for each head of layer L, then m{L}; last `logits`
 An edge is a sender -> a receiver input, for every sender upstream of it: a head of layer L
 reads the input and layers < L; MLP L also reads layer L's heads; the logits read every sender.
-GPT-2 small has 32,491 edges.
+GPT-2 small has 32,491 edges. An attention-only model (`cfg.attn_only`) has no `m{L}` nodes:
+each layer then has `n_heads` senders and `3 * n_heads` receiver inputs (`mlps_per_layer` = 0).
 
 Edges are numbered receiver by receiver (forward order), and within a receiver by sender (forward
 order). The senders a receiver reads are always a prefix of the sender list, so edge
@@ -15,7 +16,9 @@ order, and `graph.to_matrix(scores)` lays one out as `[n_senders, n_receivers]`.
 
 What an edge carries (see patch.py): a receiver's input is its residual-stream input *before*
 its LayerNorm; a head sender's output is `z[:, :, h] @ W_O[h]` (no `b_O`), an MLP's is its
-output minus `b_out`, the input's is `embed + pos_embed`. Biases belong to no sender.
+output minus `b_out`, the input's is what the residual stream starts with: `embed + pos_embed`,
+or `embed` alone with shortformer positions (`positional_embedding_type="shortformer"`: those are
+added to each layer's queries and keys after ln1, and belong to no sender). Biases belong to no sender.
 
 Example:
     >>> g = Graph(preset("gpt2"))
@@ -81,14 +84,16 @@ class Graph:
         self.cfg = cfg
         n, h = cfg.n_layers, cfg.n_heads
         self.n_layers, self.n_heads = n, h
+        self.mlps_per_layer: int = 0 if cfg.attn_only else 1  # an attention-only model has no MLP nodes
+        mlps = ["m{}"] if self.mlps_per_layer else []
         senders = ["input"]
         for layer in range(n):
-            senders += [f"a{layer}.h{i}" for i in range(h)] + [f"m{layer}"]
+            senders += [f"a{layer}.h{i}" for i in range(h)] + [m.format(layer) for m in mlps]
         self.senders: list[str] = senders
         receivers: list[Receiver] = []
         for layer in range(n):
             receivers += [Receiver(layer, c, i) for i in range(h) for c in QKV]
-            receivers.append(Receiver(layer, "mlp"))
+            receivers += [Receiver(layer, "mlp") for _ in mlps]
         receivers.append(Receiver(n, "logits"))
         self.receivers: list[Receiver] = receivers
         self.receiver_names: list[str] = [r.name for r in receivers]
@@ -121,33 +126,47 @@ class Graph:
         )
 
     # ----- structure ---------------------------------------------------------
+    @property
+    def _senders_per_layer(self) -> int:
+        return self.n_heads + self.mlps_per_layer
+
+    @property
+    def _receivers_per_layer(self) -> int:
+        return 3 * self.n_heads + self.mlps_per_layer
+
     def n_upstream(self, receiver: Receiver) -> int:
         """How many senders `receiver` reads (they are the first ones of `senders`)."""
-        before = 1 + receiver.layer * (self.n_heads + 1)
+        before = 1 + receiver.layer * self._senders_per_layer
         return before + self.n_heads if receiver.kind == "mlp" else before
 
     def sender_layer(self, sender: int) -> int:
         """The layer a sender is computed in (-1 for the input)."""
-        return -1 if sender == 0 else (sender - 1) // (self.n_heads + 1)
+        return -1 if sender == 0 else (sender - 1) // self._senders_per_layer
 
     def sender_head(self, sender: int) -> int | None:
         """The head of a head sender, None for the input and the MLPs."""
         if sender == 0:
             return None
-        i = (sender - 1) % (self.n_heads + 1)
+        i = (sender - 1) % self._senders_per_layer
         return None if i == self.n_heads else i
 
     def head_sender(self, layer: int, head: int) -> int:
-        return 1 + layer * (self.n_heads + 1) + head
+        return 1 + layer * self._senders_per_layer + head
 
     def mlp_sender(self, layer: int) -> int:
-        return 1 + layer * (self.n_heads + 1) + self.n_heads
+        self._need_mlps(f"mlp_sender({layer})")
+        return 1 + layer * self._senders_per_layer + self.n_heads
 
     def head_receiver(self, layer: int, head: int, kind: str) -> int:
-        return layer * (3 * self.n_heads + 1) + 3 * head + QKV.index(kind)
+        return layer * self._receivers_per_layer + 3 * head + QKV.index(kind)
 
     def mlp_receiver(self, layer: int) -> int:
-        return layer * (3 * self.n_heads + 1) + 3 * self.n_heads
+        self._need_mlps(f"mlp_receiver({layer})")
+        return layer * self._receivers_per_layer + 3 * self.n_heads
+
+    def _need_mlps(self, what: str) -> None:
+        if not self.mlps_per_layer:
+            raise ValueError(f"{what}: the model is attention-only (attn_only=True), it has no MLP nodes")
 
     @property
     def logits_receiver(self) -> int:
@@ -311,8 +330,9 @@ class Graph:
         last = self.senders[n_up - 1]
         return "only the input" if n_up == 1 else f"the senders input .. {last} (layers before it)"
 
-    @staticmethod
-    def _unknown(what: str, name: str, known: Sequence[str]) -> str:
+    def _unknown(self, what: str, name: str, known: Sequence[str]) -> str:
+        if not self.mlps_per_layer and re.fullmatch(r"m\d+", name):
+            return f"unknown {what} {name!r}: the model is attention-only (attn_only=True), it has no MLP nodes"
         close = difflib.get_close_matches(name, known, n=3, cutoff=0.5)  # names are short: "mo" -> "m0"
         msg = f"unknown {what} {name!r}"
         if close:

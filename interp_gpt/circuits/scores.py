@@ -151,11 +151,13 @@ def _accumulate(
         return fn
 
     hooks = []
+    has_mlp = bool(graph.mlps_per_layer)
     for layer, block in enumerate(model.blocks):
         hooks += [(getattr(block, f"hook_{c}_input"), keep(layer, c, True)) for c in "qkv"]
-        hooks.append((block.hook_mlp_in, keep(layer, "mlp", False)))
+        if has_mlp:
+            hooks.append((block.hook_mlp_in, keep(layer, "mlp", False)))
     hooks.append((model.blocks[n - 1].hook_resid_post, keep(n, "logits", False)))
-    with torch.enable_grad(), attached(hooks), flags(model, split=True, mlp_in=True):
+    with torch.enable_grad(), attached(hooks), flags(model, split=True, mlp_in=True if has_mlp else None):
         x = inputs.detach().requires_grad_(True)
         logits = model(x, start_at_layer=0)
         total = torch.stack(

@@ -31,15 +31,26 @@ _MAX_WIDTH, _MIN_WIDTH = 8.0, 0.75
 
 def _positions(graph: Graph) -> dict[str, tuple[float, float]]:
     """Node -> (x, y): the input on top (y = 0), then each layer's heads (x = head) and its MLP
-    (a column right of the heads), logits last; y grows downwards (the axis is reversed)."""
+    (a column right of the heads, a row below them; attention-only models have none), logits
+    last; y grows downwards (the axis is reversed)."""
     mid = (graph.n_heads - 1) / 2
+    rows = 1 + graph.mlps_per_layer  # rows per layer
     pos = {"input": (mid, 0.0)}
     for layer in range(graph.n_layers):
         for h in range(graph.n_heads):
-            pos[f"a{layer}.h{h}"] = (float(h), 1.0 + 2 * layer)
-        pos[f"m{layer}"] = (float(graph.n_heads), 2.0 + 2 * layer)
-    pos["logits"] = (mid, 1.0 + 2 * graph.n_layers)
+            pos[f"a{layer}.h{h}"] = (float(h), 1.0 + rows * layer)
+        if graph.mlps_per_layer:
+            pos[f"m{layer}"] = (float(graph.n_heads), 2.0 + rows * layer)
+    pos["logits"] = (mid, 1.0 + rows * graph.n_layers)
     return pos
+
+
+def _axis_labels(graph: Graph) -> tuple[list[str], list[str]]:
+    """The y axis' row labels (input, attn 0, mlp 0, ..., logits) and the x axis' column labels."""
+    kinds = ("attn", "mlp")[: 1 + graph.mlps_per_layer]
+    layers = [f"{kind} {layer}" for layer in range(graph.n_layers) for kind in kinds]
+    columns = [f"h{h}" for h in range(graph.n_heads)] + ["MLP"] * graph.mlps_per_layer
+    return ["input", *layers, "logits"], columns
 
 
 def _edge_data(circuit: Circuit, scores: Any) -> list[dict[str, Any]]:
@@ -109,11 +120,12 @@ def _add_graph(fig: go.Figure, circuit: Circuit, scores: Any, row: int | None = 
         ),
         **where,
     )  # fmt: skip
-    rows = [0.0] + [1.0 + k for k in range(2 * g.n_layers + 1)]
-    labels = ["input"] + [f"{'attn' if k % 2 == 0 else 'mlp'} {k // 2}" for k in range(2 * g.n_layers)] + ["logits"]
-    fig.update_yaxes(autorange="reversed", tickvals=rows, ticktext=labels, showgrid=False, zeroline=False, **where)
+    labels, columns = _axis_labels(g)
+    fig.update_yaxes(
+        autorange="reversed", tickvals=list(range(len(labels))), ticktext=labels, showgrid=False, zeroline=False, **where
+    )  # fmt: skip
     fig.update_xaxes(
-        tickvals=list(range(g.n_heads + 1)), ticktext=[f"h{h}" for h in range(g.n_heads)] + ["MLP"],
+        tickvals=list(range(len(columns))), ticktext=columns,
         showgrid=False, zeroline=False, range=[-0.8, g.n_heads + 0.9], **where,
     )  # fmt: skip
 
