@@ -4,6 +4,7 @@ references written with plain hooks (tests/circuit_refs.py), and the bad-input e
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import sys
 import warnings
 from pathlib import Path
@@ -408,6 +409,50 @@ def test_path_patching_matches_the_two_step_procedure(toy):
     named = path_patch(model, clean, corrupted, ["a0.h0"], ["a1.h0<v>", "a2.h1<q>", "a2.h2<k>"], metric, progress=False)
     assert float(named[0]) == pytest.approx(float(metric(got[0])), abs=1e-6)
     assert not (model(clean) - got[0]).abs().max() < 1e-6  # the patch did something
+
+
+@pytest.mark.parametrize("toy", [None, "attn-only", "shortformer", "attn-only-shortformer"])
+def test_direct_path_sweeps_match_plain_hooks_on_toy_models(toy):
+    """transformer-lens 4.3's direct-path sweeps (checked against TL itself in test_circuits_tl.py,
+    which cannot build these toy models from a Hugging Face GPT-2) against one hooked corrupted
+    run per path: the source head's clean-minus-corrupted `z @ W_O` added to the destination
+    head's split `component` input."""
+    from interp_gpt.circuits import get_act_patch_direct_path, get_act_patch_direct_path_all_sources
+
+    cfg = Config(n_layers=3, d_model=36, n_heads=3, d_vocab=60, n_ctx=16, **(TOYS[toy] if toy else {}))
+    model = random_model(cfg, seed=7)
+    clean, corrupted = tokens(cfg, 1, (3, 6)), tokens(cfg, 2, (3, 6))
+    _, clean_cache = model.run_with_cache(clean)
+    _, corrupted_cache = model.run_with_cache(corrupted)
+    W_O = [block.attn.W_O.detach() for block in model.blocks]
+
+    def reference(sl: int, sh: int, dl: int, dh: int, component: str) -> float:
+        name = f"blocks.{sl}.attn.hook_z"
+        delta = (clean_cache[name][:, :, sh] - corrupted_cache[name][:, :, sh]) @ W_O[sl][sh]
+
+        def add(x: torch.Tensor, hook) -> torch.Tensor:  # type: ignore[no-untyped-def]
+            x = x.clone()
+            x[:, :, dh] += delta
+            return x
+
+        with all_flags(model), torch.no_grad():
+            return float(
+                metric(model.run_with_hooks(corrupted, fwd_hooks=[(f"blocks.{dl}.hook_{component}_input", add)]))
+            )
+
+    for component in "qkv":
+        every = get_act_patch_direct_path_all_sources(
+            model, corrupted, clean_cache, corrupted_cache, metric, component, verbose=False
+        )
+        one = get_act_patch_direct_path(model, corrupted, clean_cache, corrupted_cache, metric, 0, 1, component, False)
+        torch.testing.assert_close(one, every[0, 1])
+        want = torch.zeros_like(every)
+        for sl, sh, dl, dh in itertools.product(range(3), range(3), range(3), range(3)):
+            if dl > sl:
+                want[sl, sh, dl, dh] = reference(sl, sh, dl, dh, component)
+        torch.testing.assert_close(every, want, atol=1e-6, rtol=1e-6)
+        corrupted_metric = float(metric(model(corrupted).detach()))
+        assert (want[0, :, 1:] - corrupted_metric).abs().max() > 1e-3  # the paths move the metric
 
 
 # ----------------------------------------------------------------------------
