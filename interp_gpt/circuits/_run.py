@@ -30,9 +30,15 @@ from .graph import QKV, Graph
 PAIR_FLOATS = 2**26
 
 
+def input_hook_names(cfg: Config) -> list[str]:
+    """The hook points whose sum is what the residual stream starts with (the input sender):
+    `embed + pos_embed`, or `embed` alone with shortformer positions (added to q and k instead)."""
+    return ["hook_embed"] if cfg.positional_embedding_type == "shortformer" else ["hook_embed", "hook_pos_embed"]
+
+
 def sender_hook_names(cfg: Config) -> list[str]:
     """The hook points whose values give every sender's output."""
-    names = ["hook_embed"] if cfg.positional_embedding_type == "shortformer" else ["hook_embed", "hook_pos_embed"]
+    names = input_hook_names(cfg)
     for layer in range(cfg.n_layers):
         names.append(f"blocks.{layer}.attn.hook_z")
         if not cfg.attn_only:
@@ -46,9 +52,7 @@ def sender_outputs(model: GPT, cache: Any) -> Tensor:
     `embed` alone with shortformer positions), each head's `z @ W_O` (no `b_O`), each MLP's
     output minus `b_out` (none in an attention-only model)."""
     cfg = model.cfg
-    embed = cache["hook_embed"]
-    start = embed if cfg.positional_embedding_type == "shortformer" else embed + cache["hook_pos_embed"]
-    outs = [start[:, :, None]]
+    outs = [sum(cache[name] for name in input_hook_names(cfg))[:, :, None]]
     blocks: Any = model.blocks
     for layer, block in enumerate(blocks):
         z = cache[f"blocks.{layer}.attn.hook_z"]  # [batch, pos, n_heads, d_head]
@@ -229,7 +233,13 @@ def patched_logits(
     if from_tokens or model.cfg.positional_embedding_type == "shortformer":
         split_layers = {layer for layer, kind in groups if kind in QKV}
     resid_in: dict[int, Tensor] = {}  # layer -> the copies' input to it, as the forward runs
-    kept: set[int] = set()
+    for layer in sorted({layer for layer, kind in groups if kind in QKV} - split_layers):
+
+        def keep(x: Tensor, hook: Any, layer: int = layer) -> None:
+            resid_in[layer] = x
+
+        block = model.blocks[layer]
+        hooks.append((block.hook_resid_pre, keep))
 
     logits_idx: Tensor | None = None
     for (layer, kind), idx_list in groups.items():
@@ -240,17 +250,11 @@ def patched_logits(
         fixed = None
         if frozen:
             fixed = (base.resid[layer] if kind in QKV else base.resid_mid[layer])[None]
-        rblock: Any = model.blocks[layer]
         if kind in QKV and layer not in split_layers:
-            if layer not in kept:
-                kept.add(layer)
-
-                def keep(x: Tensor, hook: Any, layer: int = layer) -> None:
-                    resid_in[layer] = x
-
-                hooks.append((rblock.hook_resid_pre, keep))
-            recompute = _heads_recomputed(rblock, kind, idx, fixed, copy, heads_of, diff, pair_of_edge[idx].to(dev))
-            hooks.append((getattr(rblock.attn, f"hook_{kind}"), _with_input(recompute, resid_in, layer, n_copies)))
+            recompute = _heads_recomputed(
+                model, layer, kind, idx, fixed, copy, heads_of, diff, pair_of_edge[idx], resid_in
+            )
+            hooks.append((getattr(model.blocks[layer].attn, f"hook_{kind}"), recompute))
             continue
 
         def patch(x: Tensor, hook: Any, idx: Tensor = idx, fixed: Tensor | None = fixed) -> Tensor:
@@ -307,7 +311,8 @@ class LogitsWithBase:
 
 
 def _heads_recomputed(
-    block: Any,
+    model: GPT,
+    layer: int,
     kind: str,
     idx: Tensor,
     fixed: Tensor | None,
@@ -315,38 +320,33 @@ def _heads_recomputed(
     heads_of: Tensor,
     diff: Tensor,
     pair_idx: Tensor,
-) -> Callable[[Tensor, Tensor], Tensor]:
-    """For the patched edges `idx` into heads' `kind` inputs of `block`, whose differences are
-    `diff[pair_idx]` `[len(idx), batch, pos, d_model]` (read when called: live senders fill
-    theirs during the forward): a function (the block's input `[copies, batch, pos, d_model]`,
-    its `kind` output `[copies * batch, pos, n_heads, d_head]`) -> that output with each patched
-    (copy, head) recomputed from its input plus its edges' differences (or, with `fixed`, the
-    base run's input plus them)."""
+    resid_in: dict[int, Tensor],
+) -> Callable[..., Tensor]:
+    """A hook on `layer`'s `kind` output (q, k or v, `[copies * batch, pos, n_heads, d_head]`)
+    that recomputes each (copy, head) that the patched edges `idx` reach from the copy's input
+    to the layer (`resid_in[layer]`, or with `fixed` the base run's) plus those edges'
+    differences `diff[pair_idx]` (read when it fires: live senders fill theirs during the
+    forward), with the block's own ln1 and `attn.project`."""
+    block: Any = model.blocks[layer]
     n_heads = block.cfg.n_heads
     key, inverse = torch.unique(copy[idx] * n_heads + heads_of[idx], return_inverse=True)
     dev = diff.device
-    copies, heads, inverse = (key // n_heads).to(dev), (key % n_heads).to(dev), inverse.to(dev)
+    copies, heads, inverse, pair_idx = (
+        (key // n_heads).to(dev),
+        (key % n_heads).to(dev),
+        inverse.to(dev),
+        pair_idx.to(dev),
+    )
     W, b = getattr(block.attn, f"W_{kind.upper()}")[heads], getattr(block.attn, f"b_{kind.upper()}")[heads]
 
-    def recompute(resid: Tensor, out: Tensor) -> Tensor:
+    def hook(out: Tensor, hook: Any) -> Tensor:
+        resid = resid_in[layer].view(-1, *diff.shape[1:])  # [copies, batch, pos, d_model]
         x = (fixed if fixed is not None else resid[copies]).expand(len(key), *diff.shape[1:]).clone()
         x.index_add_(0, inverse, diff[pair_idx])  # [pairs, batch, pos, d_model]: each head's patched input
         new = block.attn.project(block.ln1(x).permute(1, 2, 0, 3), W, b)  # [batch, pos, pairs, d_head]
         o = out.reshape(resid.shape[0], -1, *out.shape[1:])  # [copies, batch, pos, n_heads, d_head]
         o[copies, :, :, heads] = new.permute(2, 0, 1, 3)
         return o.reshape(out.shape)
-
-    return recompute
-
-
-def _with_input(
-    recompute: Callable[[Tensor, Tensor], Tensor], resid_in: dict[int, Tensor], layer: int, n_copies: int
-) -> Callable[..., Tensor]:
-    """A hook on a q / k / v point of `layer` that runs `recompute` on the copies' input to the layer."""
-
-    def hook(out: Tensor, hook: Any) -> Tensor:
-        resid = resid_in[layer]
-        return recompute(resid.view(n_copies, -1, *resid.shape[1:]), out)
 
     return hook
 

@@ -85,15 +85,14 @@ class Graph:
         n, h = cfg.n_layers, cfg.n_heads
         self.n_layers, self.n_heads = n, h
         self.mlps_per_layer: int = 0 if cfg.attn_only else 1  # an attention-only model has no MLP nodes
-        mlps = ["m{}"] if self.mlps_per_layer else []
         senders = ["input"]
         for layer in range(n):
-            senders += [f"a{layer}.h{i}" for i in range(h)] + [m.format(layer) for m in mlps]
+            senders += [f"a{layer}.h{i}" for i in range(h)] + [f"m{layer}"] * self.mlps_per_layer
         self.senders: list[str] = senders
         receivers: list[Receiver] = []
         for layer in range(n):
             receivers += [Receiver(layer, c, i) for i in range(h) for c in QKV]
-            receivers += [Receiver(layer, "mlp") for _ in mlps]
+            receivers += [Receiver(layer, "mlp")] * self.mlps_per_layer
         receivers.append(Receiver(n, "logits"))
         self.receivers: list[Receiver] = receivers
         self.receiver_names: list[str] = [r.name for r in receivers]
