@@ -120,3 +120,94 @@ def test_features_command(model, sae, tmp_path: Path, capsys) -> None:  # type: 
     assert rc == 2 and "feature=99 is out of range" in err and err.count("\n") == 1
     rc = main(["features", "tiny-gpt2", str(tmp_path / "nope"), "--feature", "1", "--data", str(text)])
     assert rc == 2 and "nope" in capsys.readouterr().err
+
+
+# ----------------------------------------------------------------------------
+# The logit effect at hooks off the residual stream (issue 25, item 6): against the change one unit of
+# the feature makes to what the layer writes into the residual stream, read by plain hooks
+# ----------------------------------------------------------------------------
+LOGIT_CASES = {
+    # name: (hook, where the layer's output is read, SAE config, head of a per-head SAE)
+    "hook_z, all heads": ("blocks.1.attn.hook_z", "blocks.1.hook_attn_out", dict(d_in=64, reshape_activations="hook_z"), None),
+    "hook_z, head 2": ("blocks.0.attn.hook_z", "blocks.0.hook_attn_out", dict(d_in=16), 2),
+    "mlp.hook_post": ("blocks.0.mlp.hook_post", "blocks.0.hook_mlp_out", dict(d_in=256), None),
+    "resid, topk rescaled": (
+        "blocks.1.hook_resid_mid",
+        "blocks.1.hook_resid_mid.hook_sae_output",
+        dict(d_in=64, architecture="topk", k=4, rescale_acts_by_decoder_norm=True),
+        None,
+    ),
+}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def toy():  # type: ignore[no-untyped-def]
+    from interp_gpt import GPT, Config
+
+    torch.manual_seed(0)
+    return GPT(Config(n_layers=2, d_model=64, n_heads=4, d_vocab=100, n_ctx=32)).eval()
+
+
+def _logit_change_of_one_unit(model, sae, f: int, out_hook: str, head: int | None) -> torch.Tensor:  # type: ignore[no-untyped-def]
+    """[batch, pos, d_vocab]: (what the layer writes with feature f's activation + 1) - (as is), @ W_U."""
+    tokens = torch.randint(0, 100, (2, 7), generator=torch.Generator().manual_seed(3))
+
+    def bump(acts: torch.Tensor, hook) -> torch.Tensor:  # type: ignore[no-untyped-def]
+        acts = acts.clone()
+        if head is None:
+            acts[..., f] += 1.0
+        else:
+            acts[..., head, f] += 1.0
+        return acts
+
+    with model.saes([sae], use_error_term=True), torch.no_grad():
+        _, base = model.run_with_cache(tokens, names_filter=[out_hook])
+        with model.hooks(fwd_hooks=[(f"{sae.cfg.hook_name}.hook_sae_acts_post", bump)]):
+            _, bumped = model.run_with_cache(tokens, names_filter=[out_hook])
+        return (bumped[out_hook] - base[out_hook]) @ model.W_U
+
+
+@pytest.mark.parametrize("case", list(LOGIT_CASES))
+def test_feature_logits_are_the_direct_effect_of_one_unit_of_the_feature(toy, case: str) -> None:  # type: ignore[no-untyped-def]
+    hook, out_hook, kw, head = LOGIT_CASES[case]
+    meta = {"hook_name": hook} | ({"hook_head_index": head} if head is not None else {})
+    sae = SAE(SAEConfig(d_sae=32, metadata=meta, **kw))  # type: ignore[arg-type]
+    sae.init_weights(seed=1)
+    with torch.no_grad():
+        sae.W_dec.mul_(3.0)  # rows of norm far from 1, so a missing rescale shows
+    f = 5
+    want = _logit_change_of_one_unit(toy, sae, f, out_hook, head)  # the same at every position
+    got = feature_logits(toy, sae, f)
+    for row in want.flatten(0, 1):
+        torch.testing.assert_close(got, row, rtol=1e-4, atol=1e-4)
+    tokens = torch.randint(0, 100, (2, 7), generator=torch.Generator().manual_seed(4))
+    report = feature_report(toy, sae, tokens, f, n_logits=5)
+    assert [v for _, v in report.promoted] == pytest.approx(want[0, 0].topk(5).values.tolist(), rel=1e-4, abs=1e-4)
+
+
+def test_hook_z_logits_by_hand(toy) -> None:  # type: ignore[no-untyped-def]
+    """W_dec[f] as [n_heads, d_head], through each head's W_O, then W_U: einsum written out."""
+    sae = SAE(
+        SAEConfig(d_in=64, d_sae=32, reshape_activations="hook_z", metadata={"hook_name": "blocks.1.attn.hook_z"})
+    )
+    sae.init_weights(seed=2)
+    with torch.no_grad():
+        row = sae.W_dec[7].reshape(4, 16)  # [head, d_head], head-major as z.flatten(-2)
+        want = torch.einsum("hd,hdm,mv->v", row, toy.blocks[1].attn.W_O, toy.W_U)
+        wrong = sae.W_dec[7] @ toy.W_U  # the old answer: decoder rows read as residual directions
+    torch.testing.assert_close(feature_logits(toy, sae, 7), want, rtol=1e-4, atol=1e-5)
+    assert not torch.allclose(want, wrong, atol=1e-3)
+
+
+def test_a_normalising_hook_z_sae_writes_its_logits_direction_up_to_a_positive_factor(toy) -> None:  # type: ignore[no-untyped-def]
+    sae = SAE(
+        SAEConfig(
+            d_in=64, d_sae=32, reshape_activations="hook_z", normalize_activations="layer_norm",
+            metadata={"hook_name": "blocks.0.attn.hook_z"},
+        )
+    )  # fmt: skip
+    sae.init_weights(seed=3)
+    want = _logit_change_of_one_unit(toy, sae, 4, "blocks.0.hook_attn_out", None).flatten(0, 1)
+    got = feature_logits(toy, sae, 4)
+    cos = torch.nn.functional.cosine_similarity(want, got[None], dim=-1)
+    assert torch.all(cos > 1 - 1e-5), cos

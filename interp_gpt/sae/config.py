@@ -59,6 +59,17 @@ _PRE6_METADATA_KEYS = (
 )
 
 
+# The boolean fields: JSON true / false only (a string "false" is truthy; 0.5 would scale b_dec).
+_BOOL_FIELDS = ("apply_b_dec_to_input", "rescale_acts_by_decoder_norm")
+# Metadata keys this package reads, and the type each must have when present (None: not recorded).
+_METADATA_TYPES: dict[str, type] = {
+    "hook_name": str,
+    "model_name": str,
+    "hook_head_index": int,
+}
+_KIND_NAMES = {str: "a string", int: "an integer"}
+
+
 class SAEMetadata(dict):  # type: ignore[type-arg]
     """What an SAE was trained on (model_name, hook_name, ...): a dict whose keys read as attributes,
     a missing one as None (as sae-lens' `SAEMetadata`).
@@ -118,14 +129,33 @@ class SAEConfig:
     metadata: SAEMetadata = field(default_factory=SAEMetadata)
 
     def __post_init__(self) -> None:
+        # Every field's type first (a JSON "false" is truthy, 0.5 halves b_dec), then its value.
         if not isinstance(self.metadata, SAEMetadata):
             if not isinstance(self.metadata, dict):
-                raise TypeError(f"metadata: expected a dict, got {type(self.metadata).__name__}")
+                raise TypeError(f"metadata: expected a dict (a JSON object), got {type(self.metadata).__name__}")
             self.metadata = SAEMetadata(self.metadata)
-        for name in ("d_in", "d_sae"):
+        for name, kind in _METADATA_TYPES.items():
+            v = self.metadata.get(name)
+            if v is not None and (not isinstance(v, kind) or (kind is int and isinstance(v, bool))):
+                raise TypeError(f"metadata.{name}={v!r}: expected {_KIND_NAMES[kind]}, got {type(v).__name__}")
+        for name in ("d_in", "d_sae", "k"):
             v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            if v is None and name == "k":
+                continue
+            if isinstance(v, bool) or not isinstance(v, int):
+                raise TypeError(f"{name}={v!r}: expected a positive integer, got {type(v).__name__}")
+            if v < 1:
                 raise ValueError(f"{name}={v!r}: expected a positive integer")
+        for name in _BOOL_FIELDS:
+            v = getattr(self, name)
+            if not isinstance(v, bool):
+                raise TypeError(f"{name}={v!r}: expected a boolean (JSON true or false), got {type(v).__name__}")
+        if isinstance(self.device, torch.device):
+            self.device = str(self.device)
+        for name in ("architecture", "normalize_activations", "reshape_activations", "device"):
+            v = getattr(self, name)
+            if not isinstance(v, str):
+                raise TypeError(f"{name}={v!r}: expected a string, got {type(v).__name__}")
         if self.architecture not in ARCHITECTURES:
             raise ValueError(
                 f"architecture={self.architecture!r} is not supported; expected one of {', '.join(ARCHITECTURES)}"
@@ -133,7 +163,7 @@ class SAEConfig:
         if self.architecture == "topk":
             if self.k is None:
                 self.k = 100  # sae-lens' TopKSAEConfig default
-            if isinstance(self.k, bool) or not isinstance(self.k, int) or not 1 <= self.k <= self.d_sae:
+            if not 1 <= self.k <= self.d_sae:
                 raise ValueError(f"k={self.k!r}: expected an integer in 1..d_sae={self.d_sae}")
         self.dtype = dtype_name(parse_dtype(self.dtype))
         if self.normalize_activations not in NORMALIZATIONS:
@@ -189,6 +219,9 @@ class SAEConfig:
         missing = [k for k in ("d_in", "d_sae") if k not in d]
         if missing:
             raise ValueError(f"{where}: missing field {missing[0]!r} (an SAE config needs d_in and d_sae)")
+        nulls = [k for k in _BOOL_FIELDS if k in d and d[k] is None]
+        if nulls:
+            raise ValueError(f"{where}: {nulls[0]}=null: expected a boolean (JSON true or false)")
         names = {f.name for f in dataclasses.fields(cls)}
         kwargs = {k: v for k, v in d.items() if k in names and v is not None}
         try:

@@ -5,12 +5,18 @@
     >>> figs = feature_figures(report)                                  # plotly: "histogram", "logits"
     >>> feature_page(report, "feature42.html")                          # one offline page
 
-The promoted / suppressed tokens are the largest / smallest entries of `W_dec[f] @ W_U`: the feature's
-decoder direction read straight through the unembedding, as transformer-lens' and SAELens' dashboards
-(sae-dashboard's "logits table") do. It leaves out the final LayerNorm (its scale depends on the whole
-residual stream; its centring and weights are folded into W_U in a processed model such as
-`from_pretrained`'s) and b_U (the same for every feature), so it is a direction's direct effect, up to
-one positive factor per token position.
+The promoted / suppressed tokens are the largest / smallest entries of the feature's decoder direction
+as the model writes it into the residual stream, read straight through the unembedding: `W_dec[f] @ W_U`
+for an SAE on the residual stream (transformer-lens' and SAELens' dashboards, sae-dashboard's "logits
+table"), `W_dec[f] @ W_O @ W_U` for one on `attn.hook_z` (the heads' output weights, flattened
+[n_heads * d_head, d_model] as `reshape_activations="hook_z"` flattens z), `W_dec[f] @ W_out @ W_U` for one
+on `mlp.hook_post`. Hooks whose activations reach the residual stream only through attention or a
+nonlinearity (hook_q / hook_k / hook_v, mlp.hook_pre, ...) have no such direct effect: `feature_logits`
+refuses them by name and `feature_report` leaves those lists empty, saying why. It leaves out the final
+LayerNorm (its scale depends on the whole residual stream; its centring and weights are folded into W_U
+in a processed model such as `from_pretrained`'s) and b_U (the same for every feature), so it is a
+direction's direct effect per unit of the feature's activation, up to one positive factor per token
+position (and the per-position scale of a normalising SAE).
 """
 
 from __future__ import annotations
@@ -18,6 +24,8 @@ from __future__ import annotations
 import html
 import os
 import re
+import sys
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,6 +36,7 @@ from tqdm.auto import tqdm  # type: ignore[import-untyped]
 
 from ..checks import check_index, check_int_in_range
 from .core import SAE
+from .splice import check_sae_fits
 
 __all__ = ["FeatureReport", "feature_report", "feature_logits", "feature_figures", "feature_page", "format_feature"]
 
@@ -51,20 +60,91 @@ class FeatureReport:
         return self.activations.numel() / max(self.n_tokens, 1)
 
 
+# Hooks whose activation is the residual stream, a term added to it, or a copy of it (LayerNorm'd or one
+# per head): a decoder row there is already a residual-stream direction.
+_RESIDUAL = re.compile(
+    r"hook_embed|hook_pos_embed|ln_final\.hook_normalized|unembed\.hook_in|blocks\.\d+\."
+    r"(hook_resid_pre|hook_resid_mid|hook_resid_post|hook_attn_out|hook_mlp_out|hook_mlp_in|hook_attn_in"
+    r"|hook_[qkv]_input|attn\.hook_result|ln[12]\.hook_normalized)"
+)
+# Hooks with a head axis: without reshape_activations="hook_z" the SAE reads each head on its own.
+_PER_HEAD = re.compile(r"blocks\.\d+\.(attn\.hook_[qkvz]|attn\.hook_result|hook_[qkv]_input|hook_attn_in)")
+
+
+def _head_index(model: Any, sae: SAE, hook: str, caller: str) -> int | None:
+    """The head a per-head SAE (one that reads [..., d_head] or [..., d_model] of one head) was trained
+    on, from `cfg.metadata.hook_head_index`; None for an SAE that reads a whole activation per token."""
+    if not _PER_HEAD.fullmatch(hook) or sae.cfg.reshape_activations == "hook_z":
+        return None
+    head, n_heads = sae.cfg.metadata.get("hook_head_index"), int(model.cfg.n_heads)
+    if head is None:
+        raise ValueError(
+            f"{caller}: sae reads {hook!r} one head at a time (d_in={sae.cfg.d_in}, reshape_activations='none'); "
+            f"set sae.cfg.metadata.hook_head_index to the head it was trained on (0..{n_heads - 1}), or use an "
+            "SAE with reshape_activations='hook_z' (all heads at once)"
+        )
+    return check_index(head, n_heads, "sae.cfg.metadata.hook_head_index", "heads")
+
+
+def _no_direct_effect(hook: str) -> str | None:
+    """Why an SAE at `hook` has no direct logit effect, or None where it has one."""
+    if _RESIDUAL.fullmatch(hook) or re.fullmatch(r"blocks\.\d+\.(attn\.hook_z|mlp\.hook_post)", hook):
+        return None
+    if re.fullmatch(r"blocks\.\d+\.attn\.hook_[qkv]", hook):
+        why = "queries, keys and values reach the residual stream only through the attention pattern"
+    elif hook.endswith("mlp.hook_pre"):
+        why = "the MLP's pre-activations reach the residual stream only through its nonlinearity"
+    else:
+        why = "that activation is not written into the residual stream by a linear map"
+    return (
+        f"sae reads {hook!r}: {why}, so its features have no direct logit effect. Direct logit effects are "
+        "defined for SAEs on the residual stream (hook_resid_*, hook_attn_out, hook_mlp_out, ...), on "
+        "attn.hook_z (through W_O) and on mlp.hook_post (through W_out)"
+    )
+
+
+def _direction(model: Any, sae: SAE, f: int, hook: str, caller: str) -> tuple[Tensor, str]:
+    """Feature `f`'s decoder direction in the residual stream `[d_model]`, per unit of its activation,
+    and the formula's name. Assumes `check_sae_fits` passed and `_no_direct_effect(hook)` is None."""
+    row = sae.W_dec[f]  # [d_in]
+    if sae.cfg.architecture == "topk" and sae.cfg.rescale_acts_by_decoder_norm:
+        row = row / row.norm()  # decode divides the activation by |W_dec[f]| first
+    layer = int(hook.split(".")[1]) if hook.startswith("blocks.") else -1
+    if hook.endswith("attn.hook_z"):
+        W_O = model.blocks[layer].attn.W_O  # [n_heads, d_head, d_model]
+        head = _head_index(model, sae, hook, caller)
+        if head is None:  # reshape_activations="hook_z": d_in = n_heads * d_head, head-major like z.flatten(-2)
+            return row.to(W_O.dtype) @ W_O.flatten(0, 1), "W_dec @ W_O @ W_U"
+        return row.to(W_O.dtype) @ W_O[head], f"W_dec @ W_O[{head}] @ W_U"
+    if hook.endswith("mlp.hook_post"):
+        W_out = model.blocks[layer].mlp.W_out  # [d_mlp, d_model]
+        return row.to(W_out.dtype) @ W_out, "W_dec @ W_out @ W_U"
+    return row, "W_dec @ W_U"
+
+
+def _str_tokens(model: Any, ids: list[int]) -> list[str]:
+    """The tokens' text; "#id" for a model without a tokenizer (a toy model)."""
+    if getattr(model, "tokenizer", None) is None:
+        return [f"#{i}" for i in ids]
+    return [str(s) for s in model.to_str_tokens(torch.tensor(ids, dtype=torch.long), prepend_bos=False)]
+
+
 def feature_logits(model: Any, sae: SAE, feature: int) -> Tensor:
-    """`W_dec[feature] @ W_U` `[d_vocab]`: the feature's direct effect on the logits (no ln_final, no b_U).
+    """The feature's direct effect on the logits `[d_vocab]` (no ln_final, no b_U): `W_dec[feature] @ W_U`
+    for a residual-stream SAE, through `W_O` for one on `attn.hook_z`, through `W_out` for one on
+    `mlp.hook_post` (see the module's docs); other hooks are refused by name.
 
     Example:
         >>> feature_logits(model, sae, 42).topk(5)
     """
+    hook = check_sae_fits(model, sae)
     f = check_index(feature, sae.cfg.d_sae, "feature", "features")
-    if sae.cfg.d_in != model.cfg.d_model:
-        raise ValueError(
-            f"sae: d_in={sae.cfg.d_in} is not the model's d_model={model.cfg.d_model}; the logit effect "
-            "W_dec @ W_U needs a residual-stream SAE"
-        )
+    reason = _no_direct_effect(hook)
+    if reason is not None:
+        raise ValueError(f"feature_logits: {reason}")
     with torch.no_grad():
-        return sae.W_dec[f].to(model.W_U.dtype) @ model.W_U
+        direction, _ = _direction(model, sae, f, hook, "feature_logits")
+        return direction.to(model.W_U.dtype) @ model.W_U
 
 
 @torch.no_grad()
@@ -89,12 +169,10 @@ def feature_report(
         >>> report = feature_report(model, sae, token_windows(model, texts), feature=42)
         >>> report.contexts[0]["max_act"], report.promoted[:3]
     """
+    hook = check_sae_fits(model, sae)  # the hook exists, d_in fits it, the model is the SAE's (or a warning)
     f = check_index(feature, sae.cfg.d_sae, "feature", "features")
     n_contexts = check_int_in_range(n_contexts, "n_contexts", 1, None)
-    hook = sae.cfg.hook_name
-    if not isinstance(hook, str):
-        raise ValueError("sae: its cfg.metadata.hook_name is not set; the report needs the hook it reads")
-    model.hook_points([hook], arg="sae.cfg.metadata.hook_name")
+    head = _head_index(model, sae, hook, "feature_report")
     if not isinstance(tokens, Tensor) or tokens.ndim != 2:
         raise ValueError(
             f"tokens: expected a tensor [batch, pos] of token ids, got {getattr(tokens, 'shape', tokens)!r}"
@@ -105,7 +183,8 @@ def feature_report(
         t = tokens[i : i + batch_size].to(model.W_E.device)
         kwargs: dict[str, Any] = {"stop_at_layer": stop} if stop is not None else {"return_type": None}
         _, cache = model.run_with_cache(t, names_filter=[hook], **kwargs)
-        x = cache[hook].to(sae.device, sae.dtype)
+        x = cache[hook] if head is None else cache[hook][:, :, head]
+        x = x.to(sae.device, sae.dtype)
         acts.append(sae.encode(x)[..., f].float().cpu())
     a = torch.cat(acts)  # [n, pos]
     flat = a.flatten()
@@ -118,21 +197,26 @@ def feature_report(
             lo, hi = max(0, pos - before), min(a.shape[1], pos + after + 1)
             contexts.append(
                 {
-                    "tokens": [str(s) for s in model.to_str_tokens(tokens[row, lo:hi], prepend_bos=False)],
+                    "tokens": _str_tokens(model, tokens[row, lo:hi].tolist()),
                     "acts": a[row, lo:hi].tolist(),
                     "pos": pos - lo,
                     "max_act": value,
                     "window": (row, pos),
                 }
             )
-    logits = feature_logits(model, sae, f).float().cpu()
+    reason = _no_direct_effect(hook)
+    if reason is None:
+        direction, via = _direction(model, sae, f, hook, "feature_report")
+        logits = (direction.to(model.W_U.dtype) @ model.W_U).float().cpu()
+    else:  # no direct effect to show: empty lists, and why
+        via, logits = reason, torch.zeros(0)
     n = min(n_logits, logits.numel())
     up, down = logits.topk(n), (-logits).topk(n)
 
     def named(ids: list[int], values: list[float]) -> list[tuple[str, float]]:
-        return [
-            (str(s), v) for s, v in zip(model.to_str_tokens(torch.tensor(ids), prepend_bos=False), values, strict=True)
-        ]
+        if not ids:
+            return []
+        return [(s, v) for s, v in zip(_str_tokens(model, ids), values, strict=True)]
 
     return FeatureReport(
         feature=f,
@@ -142,6 +226,7 @@ def feature_report(
         n_tokens=flat.numel(),
         promoted=named(up.indices.tolist(), up.values.tolist()),
         suppressed=named(down.indices.tolist(), (-down.values).tolist()),
+        extra={"logits_via": via} if reason is None else {"no_logits": reason},
     )
 
 
@@ -166,8 +251,12 @@ def feature_figures(report: FeatureReport, bins: int = 40) -> dict[str, Any]:
         height=320,
         margin={"l": 50, "r": 20, "t": 50, "b": 40},
     )
+    from ..plots._shared import markup_safe, token_labels
+
     rows = list(reversed(report.suppressed)) + list(reversed(report.promoted))
-    labels = [f"{i}: {_visible(t)}" for i, (t, _) in enumerate(rows)]  # unique labels, token text as text
+    # Token text through the same markup escaping as every other figure: "<b>" shows as "<b>".
+    shown = [markup_safe(t) for t in token_labels([t for t, _ in rows])]
+    labels = [f"{i}: {t}" for i, t in enumerate(shown)]  # unique coordinates; the ticks show the tokens
     logits = go.Figure(
         go.Bar(
             x=[v for _, v in rows],
@@ -176,11 +265,17 @@ def feature_figures(report: FeatureReport, bins: int = 40) -> dict[str, Any]:
             marker_color=["#1c7ed6" if v < 0 else "#d9480f" for _, v in rows],
         )
     )
+    via = report.extra.get("logits_via", "W_dec @ W_U")
+    what = (
+        f"tokens it promotes / suppresses ({via.replace('W_dec', f'W_dec[{f}]', 1)})"
+        if rows or "no_logits" not in report.extra
+        else "no direct logit effect at this hook"
+    )
     logits.update_layout(
-        title=f"feature {f}: tokens it promotes / suppresses (W_dec[{f}] @ W_U)",
+        title=f"feature {f}: {markup_safe(what)}",
         height=28 * len(rows) + 80,
         margin={"l": 160, "r": 20, "t": 50, "b": 40},
-        yaxis={"tickmode": "array", "tickvals": labels, "ticktext": [_visible(t) for t, _ in rows]},
+        yaxis={"tickmode": "array", "tickvals": labels, "ticktext": shown},
     )
     return {"histogram": hist, "logits": logits}
 
@@ -278,9 +373,13 @@ def format_feature(report: FeatureReport, width: int = 40, bins: int = 12) -> st
         top = float(counts.max()) or 1.0
         for lo, hi, n in zip(edges[:-1].tolist(), edges[1:].tolist(), counts.tolist(), strict=True):
             out.append(f"  {lo:6.2f}-{hi:6.2f} {'#' * round(width * n / top):<{width}} {int(n)}")
-    for name, rows in (("promotes", report.promoted), ("suppresses", report.suppressed)):
-        out += ["", f"{name} (W_dec @ W_U):"]
-        out.append("  " + "  ".join(f"{tok!r} {v:+.2f}" for tok, v in rows))
+    if "no_logits" in report.extra:
+        out += ["", f"no promoted / suppressed tokens: {report.extra['no_logits']}"]
+    else:
+        via = report.extra.get("logits_via", "W_dec @ W_U")
+        for name, rows in (("promotes", report.promoted), ("suppresses", report.suppressed)):
+            out += ["", f"{name} ({via}):"]
+            out.append("  " + "  ".join(f"{tok!r} {v:+.2f}" for tok, v in rows))
     return "\n".join(out)
 
 
@@ -315,6 +414,14 @@ def run(args: Any) -> int:
 
     model = from_pretrained(args.model)
     sae = resolve_sae(args.sae)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:  # before any text is read: the SAE's hook and width against the model, one line if not
+            check_sae_fits(model, sae)
+        except (KeyError, ValueError) as e:  # KeyError: a hook the model lacks (a bad argument here)
+            raise ValueError(f"SAE {args.sae}: {e.args[0]}") from None
+    for w in caught:
+        print(f"warning: {' '.join(str(w.message).split())}", file=sys.stderr)
     check_int_in_range(args.max_windows, "--max-windows", 1, None)
     data = Path(args.data)
     if data.is_dir():
@@ -325,7 +432,9 @@ def run(args: Any) -> int:
         raise FileNotFoundError(f"--data {str(data)!r}: no such file or folder")
     ctx = min(128, int(model.cfg.n_ctx))
     tokens = token_windows(model, texts, ctx, args.max_windows)
-    report = feature_report(model, sae, tokens, args.feature, n_contexts=args.contexts)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", r".*cfg\.metadata\.model_name")  # printed above already
+        report = feature_report(model, sae, tokens, args.feature, n_contexts=args.contexts)
     print(format_feature(report))
     if args.html:
         print(f"\nwrote {feature_page(report, args.html)}")

@@ -28,6 +28,7 @@ Spliced SAEs act in every thread's passes (like `add_hook`), until removed.
 from __future__ import annotations
 
 import difflib
+import warnings
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
@@ -36,12 +37,13 @@ import torch
 from torch import Tensor
 
 from ..hooks import HookPoint, _HasHooks
+from ..sources import hub_id
 from .core import SAE
 
 if TYPE_CHECKING:
     from ..config import Config
 
-__all__ = ["SAESplicingMixin", "SplicedHookPoint"]
+__all__ = ["SAESplicingMixin", "SplicedHookPoint", "check_sae_fits"]
 
 _INNER = ("hook_sae_input", "hook_sae_acts_pre", "hook_sae_acts_post", "hook_sae_recons")
 
@@ -127,6 +129,65 @@ def _width(cfg: Config, name: str) -> int | None:
     return cfg.d_model
 
 
+def check_sae_fits(model: Any, sae: Any, arg: str = "sae") -> str:
+    """The hook `sae` reads, once it is known to fit `model`; the one check every user of an SAE on a
+    model shares (`add_sae`, `feature_report`, `interp-gpt features`).
+
+    Refuses by name: not an SAE (TypeError); no `cfg.metadata.hook_name`, an SAE's own hook point,
+    a hook of no fixed width, `d_in` other than the hook's width (ValueError); a hook the model lacks
+    (KeyError, with the close names). Warns when `cfg.metadata.model_name` names another model than
+    `model.cfg.model_name` (aliases such as "gpt2-small" for "gpt2", and an "owner/" prefix, aside).
+    """
+    if not isinstance(sae, SAE):
+        raise TypeError(f"{arg}: expected an interp_gpt.sae.SAE, got {type(sae).__name__}")
+    name = sae.cfg.hook_name
+    if name is None:
+        raise ValueError(
+            f"{arg}.cfg.metadata.hook_name is not set: set it to the hook the SAE reads "
+            f"(e.g. {arg}.cfg.metadata.hook_name = 'blocks.1.hook_resid_pre')"
+        )
+    if any(name.endswith("." + n) for n in sae.hook_names):
+        raise ValueError(
+            f"{arg}.cfg.metadata.hook_name={name!r} is an SAE's own hook point; splice SAEs at the model's"
+        )
+    if name not in model.hook_dict:
+        raise KeyError(f"{arg}.cfg.metadata.hook_name: {model._unknown_hook_error(name).args[0]}")
+    cfg = model.cfg
+    width = _width(cfg, name)
+    if width is None:
+        raise ValueError(
+            f"{arg}.cfg.metadata.hook_name={name!r}: that activation has no fixed width to splice an SAE into"
+        )
+    if sae.cfg.reshape_activations == "hook_z":
+        if not name.endswith(("hook_q", "hook_k", "hook_v", "hook_z")):
+            raise ValueError(f"reshape_activations='hook_z' needs a per-head hook (hook_z ...), got {name!r}")
+        width = width * cfg.n_heads
+    if sae.cfg.d_in != width:
+        raise ValueError(
+            f"{arg}.cfg.d_in={sae.cfg.d_in} does not fit {name!r}, whose activations are {width} wide "
+            f"(d_model={cfg.d_model}, d_mlp={cfg.d_mlp}, d_head={cfg.d_head})"
+        )
+    trained_on, model_name = sae.cfg.metadata.get("model_name"), getattr(cfg, "model_name", None)
+    if (
+        isinstance(trained_on, str)
+        and isinstance(model_name, str)
+        and model_name not in ("", "custom")
+        and _model_key(trained_on) != _model_key(model_name)
+    ):
+        warnings.warn(
+            f"{arg}: the SAE was trained on {trained_on!r} (its cfg.metadata.model_name) but the model is "
+            f"{model_name!r}: its features may mean nothing on this model",
+            UserWarning,
+            stacklevel=3,
+        )
+    return name
+
+
+def _model_key(name: str) -> str:
+    """A model name as compared: its last path part, lower case, transformer-lens' aliases resolved."""
+    return hub_id(name.strip().rstrip("/\\").replace("\\", "/").rsplit("/", 1)[-1].lower())
+
+
 class SAESplicingMixin:
     """`add_sae`, `reset_saes`, `saes(...)`, `run_with_saes`, `run_with_cache_with_saes`: GPT's SAE
     splicing (transformer-lens' HookedSAETransformer API). See the module's docs."""
@@ -151,36 +212,9 @@ class SAESplicingMixin:
         return {hp.name: hp.sae for hp in getattr(self, "_all_hook_points", []) if isinstance(hp, SplicedHookPoint)}
 
     def _check_sae(self, sae: Any, use_error_term: Any) -> str:
-        if not isinstance(sae, SAE):
-            raise TypeError(f"sae: expected an interp_gpt.sae.SAE, got {type(sae).__name__}")
+        name = check_sae_fits(self, sae)
         if not isinstance(use_error_term, bool):
             raise TypeError(f"use_error_term: expected True or False, got {use_error_term!r}")
-        name = sae.cfg.hook_name
-        if name is None:
-            raise ValueError(
-                "sae.cfg.metadata.hook_name is not set: set it to the hook the SAE reads "
-                "(e.g. sae.cfg.metadata.hook_name = 'blocks.1.hook_resid_pre')"
-            )
-        if any(name.endswith("." + n) for n in sae.hook_names):
-            raise ValueError(
-                f"sae.cfg.metadata.hook_name={name!r} is an SAE's own hook point; splice SAEs at the model's"
-            )
-        if name not in self.hook_dict:
-            raise KeyError(f"sae.cfg.metadata.hook_name: {self._unknown_hook_error(name).args[0]}")
-        width = _width(self.cfg, name)
-        if width is None:
-            raise ValueError(
-                f"sae.cfg.metadata.hook_name={name!r}: that activation has no fixed width to splice an SAE into"
-            )
-        if sae.cfg.reshape_activations == "hook_z":
-            if not name.endswith(("hook_q", "hook_k", "hook_v", "hook_z")):
-                raise ValueError(f"reshape_activations='hook_z' needs a per-head hook (hook_z ...), got {name!r}")
-            width = width * self.cfg.n_heads
-        if sae.cfg.d_in != width:
-            raise ValueError(
-                f"sae.cfg.d_in={sae.cfg.d_in} does not fit {name!r}, whose activations are {width} wide "
-                f"(d_model={self.cfg.d_model}, d_mlp={self.cfg.d_mlp}, d_head={self.cfg.d_head})"
-            )
         p = next(iter(self.parameters()), None)
         if p is not None and (sae.dtype != p.dtype or sae.device != p.device):
             raise ValueError(
