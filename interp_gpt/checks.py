@@ -308,11 +308,11 @@ __all__ += ["callable_name", "check_gradient_reached", "zero_gradient_error"]
 
 
 def callable_name(fn: Any) -> str:
-    """A user function's name for a message: `__qualname__` / `__name__`, a partial's function, or its repr."""
+    """A user function's name for a message: its `__name__`, a partial's function's, or its repr."""
     inner = getattr(fn, "func", None)  # functools.partial
     if inner is not None and callable(inner):
         return f"partial({callable_name(inner)})"
-    name = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None)
+    name = getattr(fn, "__name__", None)
     return str(name) if name else repr(fn)
 
 

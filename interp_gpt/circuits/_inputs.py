@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -195,7 +196,7 @@ def prepare(
 def check_z_cache(model: GPT, cache: Any, arg: str, layers: list[int], tokens: Tensor, caller: str) -> None:
     """Refuse a cache that lacks `hook_z` of `layers`, or holds it for another batch or length
     than `tokens` (the corrupted tokens the sweep runs)."""
-    if not hasattr(cache, "__getitem__") or not hasattr(cache, "__contains__"):
+    if not isinstance(cache, Mapping):
         raise TypeError(
             f"{caller}: {arg} must be an ActivationCache (or a dict of hook name -> tensor), got {type(cache).__name__}"
         )
