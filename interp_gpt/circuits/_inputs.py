@@ -136,7 +136,6 @@ def prepare(
     clean_p = prompts(model, clean, "clean_tokens")
     other: Tensor
     if isinstance(corrupted, str) and corrupted in ABLATIONS:
-        seed = check_int_in_range(seed, "seed", 0, None, caller=caller)
         ref_p = clean_p
         if reference is not None:
             ref_p = prompts(model, reference, "reference")
@@ -149,6 +148,7 @@ def prepare(
         if corrupted != "zero":
             _check_one_length(ref_p, arg, corrupted, caller)
         if corrupted == "resample":
+            seed = check_int_in_range(seed, "seed", 0, None, caller=caller)
             n = ref_p.ids.shape[0]
             if n < 2:
                 raise ValueError(

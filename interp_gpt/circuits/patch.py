@@ -174,12 +174,16 @@ def patch_edges(
     Args:
         clean_tokens: `[batch, pos]` token ids (or strings).
         corrupted_tokens: token ids of the same shape, or an ablation: "zero", "mean" or
-            "resample" (pass a prompt that is literally one of these words as tokens).
+            "resample" (pass a prompt that is literally one of these words as tokens). Prompts
+            given as text must tokenize, row by row, to as many tokens as their clean prompt
+            (refused otherwise, naming the row): patching lines positions up one to one.
         edge_sets: a list of edge sets, each a list of edge names (`'a0.h1 -> a1.h0<k>'`) or
-            indices, one name or index, a bool mask `[n_edges]` or an index tensor; or a bool
+            indices, one name or index, a bool mask `[n_edges]` or an index tensor (see
+            `Graph.edge_indices`: an integer 0/1 mask is refused, pass `.bool()`); or a bool
             tensor `[n_sets, n_edges]`. `[]` is the clean run.
         metric: logits `[batch, pos, d_vocab]` -> a scalar; None returns the logits.
-        reference: tokens whose run gives the "mean" / "resample" values (default the clean ones).
+        reference: tokens whose run gives the "mean" / "resample" values (default the clean ones);
+            as text, its prompts must tokenize to one length; for "resample", as many prompts as clean.
         seed: the resample permutation's seed.
         batch_size: edge sets per forward (default: about 4096 token rows).
         logit_positions: the positions the metric reads (e.g. -1); only those are unembedded,
@@ -380,7 +384,8 @@ def get_act_patch_direct_path(
 ) -> Tensor:
     """transformer-lens 4.3's direct-path sweep, batched: in the corrupted run, add the source
     head's clean-minus-corrupted output (`z @ W_O`, from the caches' `hook_z`) to one later head's
-    `component` input (before ln1) at every position; the metric per destination head.
+    `component` input (before ln1) at every position; the metric per destination head. Each
+    cache must hold `hook_z` of the source layer for `corrupted_tokens`' batch and positions.
 
     Returns:
         `[n_layers, n_heads]`: `[l, h]` the metric with the path into head (l, h) patched; rows
