@@ -299,3 +299,35 @@ def cached_activation(cache: Any, name: str, caller: str | None = None) -> Tenso
         )
     t = cache.cache_dict[name]
     return t if cache.has_batch_dim else t[None]
+
+
+# ----------------------------------------------------------------------------
+# circuits (and attribution patching): a metric's gradient
+# ----------------------------------------------------------------------------
+__all__ += ["callable_name", "check_gradient_reached", "zero_gradient_error"]
+
+
+def callable_name(fn: Any) -> str:
+    """A user function's name for a message: its `__name__`, a partial's function's, or its repr."""
+    inner = getattr(fn, "func", None)  # functools.partial
+    if inner is not None and callable(inner):
+        return f"partial({callable_name(inner)})"
+    name = getattr(fn, "__name__", None)
+    return str(name) if name else repr(fn)
+
+
+def zero_gradient_error(arg: str, fn: Any, caller: str, where: str) -> ValueError:
+    """The error for a metric `fn` whose backward gave no non-zero gradient at any `where`."""
+    return ValueError(
+        f"{caller}: {arg} {callable_name(fn)} has a zero gradient at every {where}, so every score would be 0; "
+        "a metric built from a step function (sign, round, floor, a comparison) is flat almost everywhere: "
+        "use a smooth one (a logit difference, a log-probability) or exact patching"
+    )
+
+
+def check_gradient_reached(grads: Sequence[Tensor | None], arg: str, fn: Any, caller: str, where: str) -> None:
+    """Refuse a backward of the metric `fn` that gave no non-zero gradient at any of `grads`
+    (`where` says what they are): a metric built from a step function (sign, round, floor, a
+    comparison) keeps requires_grad but its gradient is 0 everywhere, so every attribution would be 0."""
+    if not any(g is not None and bool(g.ne(0).any()) for g in grads):
+        raise zero_gradient_error(arg, fn, caller, where)

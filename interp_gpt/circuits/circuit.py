@@ -26,8 +26,9 @@ from tqdm.auto import tqdm  # type: ignore[import-untyped]
 
 from ..checks import check_float, check_int_in_range, check_type
 from ..model import GPT
+from ._inputs import circuit_model, prepare
 from .graph import Graph
-from .patch import Metric, _base_of, prepare, run_edge_sets
+from .patch import Metric, _base_of, run_edge_sets
 
 __all__ = ["Circuit", "FaithfulnessCurve", "acdc", "faithfulness", "faithfulness_curve"]
 
@@ -54,7 +55,7 @@ class Circuit:
 
     def __init__(self, graph: Graph, edges: Any = (), scores: Tensor | None = None):
         self.graph = check_type(graph, Graph, "graph", "an interp_gpt.circuits.Graph", "Circuit")
-        self.mask: Tensor = graph.edge_mask(edges)
+        self.mask: Tensor = graph.edge_mask(edges, caller="Circuit")
         self.scores = None if scores is None else _check_scores(graph, scores, "Circuit")
 
     # ----- building ----------------------------------------------------------
@@ -63,7 +64,7 @@ class Circuit:
         """The `k` edges with the largest scores (by magnitude with `absolute`; NaN scores last)."""
         s = _check_scores(graph, scores, "Circuit.top_k")
         k = check_int_in_range(k, "k", 0, graph.n_edges, "edge counts", caller="Circuit.top_k")
-        return cls(graph, _order(s, absolute)[:k], s)
+        return cls(graph, _top(s, absolute, k), s)
 
     @classmethod
     def above(cls, graph: Graph, scores: Tensor, threshold: float, absolute: bool = True) -> Circuit:
@@ -116,6 +117,13 @@ class Circuit:
             []
         """
         return Circuit(self.graph, prune_mask(self.graph, self.mask), self.scores)
+
+
+def _top(scores: Tensor, absolute: bool, k: int) -> Tensor:
+    """A bool mask of the `k` top-ranked edges."""
+    mask = torch.zeros(len(scores), dtype=torch.bool)
+    mask[_order(scores, absolute)[:k]] = True
+    return mask
 
 
 def _order(scores: Tensor, absolute: bool) -> Tensor:
@@ -185,12 +193,14 @@ class _Evaluator:
         return torch.stack([values[unique.index(k)] for k in keys]).cpu()
 
 
-def _circuit_mask(graph: Graph, circuit: Any, arg: str = "circuit") -> Tensor:
+def _circuit_mask(graph: Graph, circuit: Any, caller: str) -> Tensor:
     if isinstance(circuit, Circuit):
         if circuit.graph.cfg.n_layers != graph.n_layers or circuit.graph.n_edges != graph.n_edges:
-            raise ValueError(f"{arg} is a circuit of another graph ({circuit.graph!r}); the model's is {graph!r}")
+            raise ValueError(
+                f"{caller}: circuit is a circuit of another graph ({circuit.graph!r}); the model's is {graph!r}"
+            )
         return circuit.mask
-    return graph.edge_mask(circuit)
+    return graph.edge_mask(circuit, arg="circuit", caller=caller)
 
 
 def faithfulness(
@@ -219,11 +229,11 @@ def faithfulness(
         >>> faithfulness(model, clean, corrupted, Circuit.top_k(g, scores, 50), metric)
         0.87
     """
+    mask = _circuit_mask(Graph(circuit_model(model, "faithfulness").cfg), circuit, "faithfulness")
     ev = _Evaluator(
         model, clean_tokens, corrupted_tokens, metric, "faithfulness",
         reference=reference, seed=seed, logit_positions=logit_positions, batch_size=batch_size,
     )  # fmt: skip
-    mask = _circuit_mask(ev.graph, circuit)
     full, empty = torch.ones_like(mask), torch.zeros_like(mask)
     m_circuit, m_full, m_empty = ev([mask, full, empty], progress, "faithfulness").tolist()
     return _ratio(m_circuit, m_full, m_empty)
@@ -281,11 +291,7 @@ def faithfulness_curve(
         >>> curve = faithfulness_curve(model, clean, corrupted, eap_scores(model, clean, corrupted, metric), metric)
         >>> curve.n_edges[:3], curve.faithfulness[:3]
     """
-    ev = _Evaluator(
-        model, clean_tokens, corrupted_tokens, metric, "faithfulness_curve",
-        reference=reference, seed=seed, logit_positions=logit_positions, batch_size=batch_size,
-    )  # fmt: skip
-    graph = ev.graph
+    graph = Graph(circuit_model(model, "faithfulness_curve").cfg)
     s = _check_scores(graph, scores, "faithfulness_curve")
     total = graph.n_edges
     if n_edges is None:
@@ -294,10 +300,15 @@ def faithfulness_curve(
         if isinstance(n_edges, (str, int)) or not isinstance(n_edges, Sequence) or not n_edges:
             raise TypeError(f"faithfulness_curve: n_edges must be a non-empty list of edge counts, got {n_edges!r}")
         ks = [check_int_in_range(k, "n_edges", 0, total, "edge counts", caller="faithfulness_curve") for k in n_edges]
+    ev = _Evaluator(
+        model, clean_tokens, corrupted_tokens, metric, "faithfulness_curve",
+        reference=reference, seed=seed, logit_positions=logit_positions, batch_size=batch_size,
+    )  # fmt: skip
     order = _order(s, absolute)
     masks = []
     for k in ks:
-        m = graph.edge_mask(order[:k])
+        m = torch.zeros(total, dtype=torch.bool)
+        m[order[:k]] = True
         masks.append(prune_mask(graph, m) if prune else m)
     values = ev([*masks, torch.ones(total, dtype=torch.bool), torch.zeros(total, dtype=torch.bool)], progress,
                 "faithfulness curve")  # fmt: skip

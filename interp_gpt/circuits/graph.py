@@ -39,6 +39,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -48,6 +49,8 @@ __all__ = ["Graph", "Receiver"]
 
 QKV = ("q", "k", "v")
 _EDGE_RE = re.compile(r"^\s*(\S+?)\s*->\s*(\S+?)\s*$")
+_EXPECTED = "expected edge names, edge indices (ints or an integer tensor) or a bool mask [n_edges]"
+_np_bool = np.bool_
 
 
 @dataclass(frozen=True)
@@ -264,42 +267,91 @@ class Graph:
         r = self.receiver_index(m.group(2))
         return self.edge(s, r)
 
-    def edge_indices(self, edges: Any) -> Tensor:
-        """Edge indices `[k]` from names, indices, a boolean mask `[n_edges]` or an index tensor."""
+    def edge_indices(self, edges: Any, *, arg: str = "edges", caller: str = "Graph.edge_indices") -> Tensor:
+        """Edge indices `[k]`, ascending as given, from one of: edge names (`'a0.h1 -> a1.h0<k>'`),
+        edge indices (ints or an integer tensor `[k]`), or a bool mask `[n_edges]` (a tensor, a
+        numpy array or a list of bools). One name or one index is a set of one edge.
+
+        Refused (by `arg`, with `caller` in the message): an integer tensor or list of `n_edges`
+        values that are all 0 or 1 (a mask or indices? pass `.bool()` for a mask), any uint8 / int8
+        tensor (torch's old mask dtype), a float tensor, indices out of range, an edge given twice."""
+        where = f"{caller}: {arg}"
+        if not isinstance(edges, Tensor) and hasattr(edges, "dtype") and hasattr(edges, "shape"):
+            try:  # a numpy array (or anything torch reads as one)
+                edges = torch.as_tensor(edges)
+            except (TypeError, RuntimeError) as err:
+                raise TypeError(f"{where}: an array of {edges.dtype} is not edges; {_EXPECTED}") from err
         if isinstance(edges, Tensor):
             if edges.dtype == torch.bool:
                 if edges.shape != (self.n_edges,):
-                    raise ValueError(f"edge mask has shape {tuple(edges.shape)}, expected [{self.n_edges}] (n_edges)")
+                    raise ValueError(
+                        f"{where}: a bool mask of shape {tuple(edges.shape)}; a mask has one value per edge, "
+                        f"[{self.n_edges}] (n_edges)"
+                    )
                 return edges.nonzero().flatten().cpu()
-            if edges.is_floating_point() or edges.ndim > 1:
+            if edges.is_floating_point() or edges.is_complex() or edges.ndim > 1:
+                raise TypeError(f"{where}: a {edges.dtype} tensor of shape {tuple(edges.shape)}; {_EXPECTED}")
+            if edges.dtype in (torch.uint8, torch.int8):
                 raise TypeError(
-                    f"edges: expected a bool mask [n_edges] or integer indices [k], got {edges.dtype} "
-                    f"of shape {tuple(edges.shape)}"
+                    f"{where}: a {edges.dtype} tensor is ambiguous (torch once read uint8 as a mask); "
+                    f"pass .bool() for a mask of {self.n_edges} edges or .long() for edge indices"
                 )
-            idx = edges.flatten().cpu().long()
+            values = edges.flatten().cpu().long().tolist()
+            kind = f"{edges.dtype} tensor"
         else:
-            if isinstance(edges, (str, int)):
+            if isinstance(edges, (str, int)) and not isinstance(edges, bool):
                 edges = [edges]
-            if not isinstance(edges, Iterable):
-                raise TypeError(f"edges: expected edge names, indices or a mask, got {type(edges).__name__}")
-            out = []
-            for e in edges:
-                if isinstance(e, str):
-                    out.append(self.edge_index(e))
-                elif not isinstance(e, bool) and hasattr(e, "__index__"):  # an int, a numpy int, a 0-d tensor
-                    out.append(operator.index(e))
+            if isinstance(edges, (bytes, bool)) or not isinstance(edges, Iterable):
+                raise TypeError(f"{where}: got {type(edges).__name__}; {_EXPECTED}")
+            items = list(edges)
+            if items and all(isinstance(e, (bool, _np_bool)) for e in items):
+                if len(items) != self.n_edges:
+                    raise ValueError(
+                        f"{where}: a list of {len(items)} bools is not a mask: a mask has one value per edge, "
+                        f"{self.n_edges} (n_edges)"
+                    )
+                return torch.tensor([bool(e) for e in items]).nonzero().flatten()
+            values = []
+            kind = "list"
+            for item in items:
+                if isinstance(item, str):
+                    try:
+                        values.append(self.edge_index(item))
+                    except KeyError as err:
+                        raise KeyError(f"{where}: {err.args[0]}") from None
+                    except ValueError as err:
+                        raise ValueError(f"{where}: {err}") from None
+                    kind = "list of names"
+                elif not isinstance(item, (bool, _np_bool)) and hasattr(item, "__index__"):  # int, numpy int
+                    try:
+                        values.append(operator.index(item))
+                    except TypeError as err:
+                        raise TypeError(f"{where}: {item!r} is not an edge name or index; {_EXPECTED}") from err
                 else:
-                    raise TypeError(f"edges: expected an edge name or index, got {e!r}")
-            idx = torch.tensor(out, dtype=torch.long)
-        bad = (idx < 0) | (idx >= self.n_edges)
-        if bool(bad.any()):
-            raise ValueError(f"edge index {int(idx[bad][0])} is out of range: edges are 0..{self.n_edges - 1}")
-        return idx
+                    raise TypeError(f"{where}: {item!r} is not an edge name or index; {_EXPECTED}")
+        n = len(values)
+        if n == self.n_edges and kind != "list of names" and set(values) <= {0, 1}:
+            raise TypeError(
+                f"{where}: a {kind} of {n} values, all 0 or 1, is ambiguous (a mask of {n} edges, or indices?); "
+                "pass a bool mask (.bool(), or a list of True/False) or a list of distinct edge indices"
+            )
+        bad = [i for i in values if not 0 <= i < self.n_edges]
+        if bad:
+            raise ValueError(f"{where}: edge index {bad[0]} is out of range: edges are 0..{self.n_edges - 1}")
+        seen: set[int] = set()
+        for i in values:
+            if i in seen:
+                raise ValueError(
+                    f"{where}: edge {i} ({self.edge_name(i)!r}) is given twice; give each edge once "
+                    "(a set of edges has no repeats)"
+                )
+            seen.add(i)
+        return torch.tensor(values, dtype=torch.long)
 
-    def edge_mask(self, edges: Any) -> Tensor:
-        """A boolean mask `[n_edges]` with the given edges set."""
+    def edge_mask(self, edges: Any, *, arg: str = "edges", caller: str = "Graph.edge_mask") -> Tensor:
+        """A boolean mask `[n_edges]` with the given edges set (anything `edge_indices` takes)."""
         mask = torch.zeros(self.n_edges, dtype=torch.bool)
-        mask[self.edge_indices(edges)] = True
+        mask[self.edge_indices(edges, arg=arg, caller=caller)] = True
         return mask
 
     # ----- layouts -----------------------------------------------------------

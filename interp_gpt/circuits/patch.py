@@ -23,10 +23,11 @@ import torch
 from torch import Tensor
 from tqdm.auto import tqdm  # type: ignore[import-untyped]
 
-from ..checks import check_index, check_int_in_range, check_shape
+from ..checks import check_callable, check_index, check_int_in_range
 from ..model import GPT
-from ..patching.generic import DEFAULT_ROWS_PER_FORWARD, as_tokens, check_model, metric_value, user_hooked_points
+from ..patching.generic import DEFAULT_ROWS_PER_FORWARD, metric_value, user_hooked_points
 from ..patching.generic import warn_unbatched as _warn_unbatched
+from ._inputs import ABLATIONS, check_z_cache, circuit_model, prepare, prompts
 from ._run import BaseRun, LogitsWithBase, SenderValues, base_run, chunks, patched_logits
 from .graph import QKV, Graph
 
@@ -38,83 +39,28 @@ __all__ = [
     "ABLATIONS",
 ]
 
-ABLATIONS = ("zero", "mean", "resample")
 Metric = Callable[[Tensor], Any]
 
 
 # ----------------------------------------------------------------------------
-# inputs
+# inputs (the model, prompts and caches are checked in _inputs.py)
 # ----------------------------------------------------------------------------
-def prepare(
-    model: Any, clean: Any, corrupted: Any, reference: Any = None, seed: int = 0, caller: str = "patch_edges"
-) -> tuple[GPT, Graph, BaseRun, SenderValues, Tensor]:
-    """Check the inputs; run the clean input once. Returns the model, its graph, the clean run,
-    the other value of every sender (`[batch or 1, pos, k, d_model]` for sender indices `[k]`) and
-    the other run's sender outputs as one tensor `[batch or 1, pos, n_senders, d_model]`."""
-    model = check_model(model)
-    graph = Graph(model.cfg)
-    clean_tokens = as_tokens(model, clean, "clean_tokens")
-    base = base_run(model, clean_tokens)
-    other: Tensor
-    if isinstance(corrupted, str) and corrupted in ABLATIONS:
-        ref = base if reference is None else _other_run(model, reference, clean_tokens, "reference", caller)
-        if corrupted == "zero":
-            other = torch.zeros_like(base.senders[:1])
-        elif corrupted == "mean":
-            other = ref.senders.mean(dim=0, keepdim=True)
-        else:
-            n = ref.senders.shape[0]
-            if n < 2:
-                raise ValueError(
-                    f"{caller}: resample ablation needs at least 2 prompts to draw from, got a batch of {n}"
-                )
-            gen = torch.Generator().manual_seed(check_int_in_range(seed, "seed", 0, None))
-            # A permutation with no fixed point: every prompt takes another prompt's outputs.
-            perm = torch.randperm(n, generator=gen)
-            while bool((perm == torch.arange(n)).any()):
-                perm = torch.randperm(n, generator=gen)
-            other = ref.senders[perm.to(ref.senders.device)]
-    elif corrupted is None:
-        raise ValueError(f"{caller}: corrupted_tokens is None: pass corrupted tokens or an ablation {ABLATIONS}")
-    else:
-        if reference is not None:
-            raise ValueError(f"{caller}: reference= is for the 'mean' and 'resample' ablations, not corrupted tokens")
-        other = _other_run(model, corrupted, clean_tokens, "corrupted_tokens", caller).senders
-
-    def other_of(ps: Tensor) -> Tensor:
-        return other[:, :, ps]
-
-    return model, graph, base, other_of, other
-
-
-def _other_run(model: GPT, tokens: Any, clean_tokens: Tensor, arg: str, caller: str) -> BaseRun:
-    ids = as_tokens(model, tokens, arg)
-    if arg == "corrupted_tokens":
-        check_shape(ids, clean_tokens.shape, arg, "clean_tokens' [batch, pos]", caller=caller)
-    elif ids.shape[1] != clean_tokens.shape[1]:
-        raise ValueError(
-            f"{caller}: {arg} has {ids.shape[1]} positions but clean_tokens has {clean_tokens.shape[1]}: "
-            "the ablation values are per position"
-        )
-    return base_run(model, ids)
-
-
-def edge_sets_of(graph: Graph, edge_sets: Any) -> list[Tensor]:
-    """Edge index tensors from a sequence of edge sets (each names, indices, one name, one index, a
-    bool mask or an index tensor) or a bool tensor `[n_sets, n_edges]`."""
+def edge_sets_of(graph: Graph, edge_sets: Any, caller: str = "patch_edges") -> list[Tensor]:
+    """Edge index tensors from a sequence of edge sets (each anything `Graph.edge_indices` takes:
+    names, indices, one name, one index, a bool mask) or a bool tensor `[n_sets, n_edges]`."""
     if isinstance(edge_sets, Tensor):
         if edge_sets.dtype != torch.bool or edge_sets.ndim != 2 or edge_sets.shape[1] != graph.n_edges:
             raise ValueError(
-                f"edge_sets: a tensor must be a bool mask [n_sets, {graph.n_edges}] (n_edges), "
+                f"{caller}: edge_sets: a tensor must be a bool mask [n_sets, {graph.n_edges}] (n_edges), "
                 f"got {edge_sets.dtype} of shape {tuple(edge_sets.shape)}"
             )
         return [row.nonzero().flatten().cpu() for row in edge_sets]
     if isinstance(edge_sets, (str, int)) or not isinstance(edge_sets, Sequence):
         raise TypeError(
-            f"edge_sets must be a sequence of edge sets (e.g. [['a0.h1 -> a1.h0<k>'], ['m0 -> logits']]) or a bool "
-            f"tensor [n_sets, n_edges], got {type(edge_sets).__name__}; wrap a single set in a list"
+            f"{caller}: edge_sets must be a sequence of edge sets (e.g. [['a0.h1 -> a1.h0<k>'], ['m0 -> logits']]) "
+            f"or a bool tensor [n_sets, n_edges], got {type(edge_sets).__name__}; wrap a single set in a list"
         )
-    return [torch.unique(graph.edge_indices(s)) for s in edge_sets]
+    return [graph.edge_indices(s, arg=f"edge_sets[{i}]", caller=caller).sort().values for i, s in enumerate(edge_sets)]
 
 
 def check_positions(logit_positions: Any, n_pos: int) -> list[int] | None:
@@ -228,12 +174,16 @@ def patch_edges(
     Args:
         clean_tokens: `[batch, pos]` token ids (or strings).
         corrupted_tokens: token ids of the same shape, or an ablation: "zero", "mean" or
-            "resample" (pass a prompt that is literally one of these words as tokens).
+            "resample" (pass a prompt that is literally one of these words as tokens). Prompts
+            given as text must tokenize, row by row, to as many tokens as their clean prompt
+            (refused otherwise, naming the row): patching lines positions up one to one.
         edge_sets: a list of edge sets, each a list of edge names (`'a0.h1 -> a1.h0<k>'`) or
-            indices, one name or index, a bool mask `[n_edges]` or an index tensor; or a bool
+            indices, one name or index, a bool mask `[n_edges]` or an index tensor (see
+            `Graph.edge_indices`: an integer 0/1 mask is refused, pass `.bool()`); or a bool
             tensor `[n_sets, n_edges]`. `[]` is the clean run.
         metric: logits `[batch, pos, d_vocab]` -> a scalar; None returns the logits.
-        reference: tokens whose run gives the "mean" / "resample" values (default the clean ones).
+        reference: tokens whose run gives the "mean" / "resample" values (default the clean ones);
+            as text, its prompts must tokenize to one length; for "resample", as many prompts as clean.
         seed: the resample permutation's seed.
         batch_size: edge sets per forward (default: about 4096 token rows).
         logit_positions: the positions the metric reads (e.g. -1); only those are unembedded,
@@ -360,7 +310,8 @@ def path_patch(
 # transformer-lens 4.3's direct-path sweeps
 # ----------------------------------------------------------------------------
 def _head_writes(model: GPT, graph: Graph, cache: Any, arg: str) -> SenderValues:
-    """Head senders' outputs `z[:, :, h] @ W_O[h]` from a cache's `hook_z` (only heads)."""
+    """Head senders' outputs `z[:, :, h] @ W_O[h]` from a cache's `hook_z` (only heads; checked by
+    `check_z_cache`)."""
 
     def of(ps: Tensor) -> Tensor:
         outs = []
@@ -368,13 +319,9 @@ def _head_writes(model: GPT, graph: Graph, cache: Any, arg: str) -> SenderValues
             layer, head = graph.sender_layer(s), graph.sender_head(s)
             if head is None:
                 raise ValueError(f"{arg}: direct-path patching reads heads only, got sender {graph.senders[s]}")
-            name = f"blocks.{layer}.attn.hook_z"
-            try:
-                z = cache[name]
-            except KeyError as e:
-                raise KeyError(f"{arg} has no {name!r}: cache the clean and corrupted runs' hook_z") from e
             block: Any = model.blocks[layer]
-            outs.append(z[:, :, head].to(model.W_E.device) @ block.attn.W_O[head])
+            z = cache[f"blocks.{layer}.attn.hook_z"]  # checked by check_z_cache
+            outs.append(z[:, :, head].to(block.attn.W_O) @ block.attn.W_O[head])
         return torch.stack(outs, dim=2)
 
     return of
@@ -391,13 +338,17 @@ def _direct_path(
     verbose: bool,
     caller: str,
 ) -> Tensor:
-    model = check_model(model)
+    model = circuit_model(model, caller)
     if component not in QKV:
         raise ValueError(f"{caller}: component={component!r}, expected 'q', 'k' or 'v'")
+    check_callable(patching_metric, "patching_metric", "a function of the logits", caller)
     graph = Graph(model.cfg)
-    tokens = as_tokens(model, corrupted_tokens, "corrupted_tokens")
-    base = base_run(model, tokens)
+    tokens = prompts(model, corrupted_tokens, "corrupted_tokens").ids
     n, h = graph.n_layers, graph.n_heads
+    layers = sorted({sl for sl, _ in sources if sl < n - 1})  # the source layers with a later head
+    for cache, arg in ((clean_cache, "clean_cache"), (corrupted_cache, "corrupted_cache")):
+        check_z_cache(model, cache, arg, layers, tokens, caller)
+    base = base_run(model, tokens)
     pairs = [(sl, sh, dl, dh) for sl, sh in sources for dl in range(sl + 1, n) for dh in range(h)]
     sets = [
         torch.tensor([graph.edge(graph.head_sender(sl, sh), graph.head_receiver(dl, dh, component))])
@@ -433,7 +384,8 @@ def get_act_patch_direct_path(
 ) -> Tensor:
     """transformer-lens 4.3's direct-path sweep, batched: in the corrupted run, add the source
     head's clean-minus-corrupted output (`z @ W_O`, from the caches' `hook_z`) to one later head's
-    `component` input (before ln1) at every position; the metric per destination head.
+    `component` input (before ln1) at every position; the metric per destination head. Each
+    cache must hold `hook_z` of the source layer for `corrupted_tokens`' batch and positions.
 
     Returns:
         `[n_layers, n_heads]`: `[l, h]` the metric with the path into head (l, h) patched; rows
@@ -444,9 +396,10 @@ def get_act_patch_direct_path(
         >>> _, corrupted_cache = model.run_with_cache(corrupted_tokens)
         >>> get_act_patch_direct_path(model, corrupted_tokens, clean_cache, corrupted_cache, metric, 0, 1, "k")
     """
-    n_layers, n_heads = check_model(model).cfg.n_layers, model.cfg.n_heads
-    sl = check_int_in_range(src_layer, "src_layer", 0, n_layers - 1, "layers")
-    sh = check_int_in_range(src_head, "src_head", 0, n_heads - 1, "heads")
+    caller = "get_act_patch_direct_path"
+    n_layers, n_heads = circuit_model(model, caller).cfg.n_layers, model.cfg.n_heads
+    sl = check_int_in_range(src_layer, "src_layer", 0, n_layers - 1, "layers", caller=caller)
+    sh = check_int_in_range(src_head, "src_head", 0, n_heads - 1, "heads", caller=caller)
     out = _direct_path(
         model,
         corrupted_tokens,
@@ -479,7 +432,7 @@ def get_act_patch_direct_path_all_sources(
     Example:
         >>> get_act_patch_direct_path_all_sources(model, corrupted_tokens, clean_cache, corrupted_cache, metric, "v")
     """
-    cfg = check_model(model).cfg
+    cfg = circuit_model(model, "get_act_patch_direct_path_all_sources").cfg
     sources = [(sl, sh) for sl in range(cfg.n_layers) for sh in range(cfg.n_heads)]
     return _direct_path(
         model,

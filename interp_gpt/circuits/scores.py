@@ -18,13 +18,14 @@ import torch
 from torch import Tensor
 from tqdm.auto import tqdm  # type: ignore[import-untyped]
 
-from ..checks import check_callable, check_int_in_range
+from ..checks import check_callable, check_int_in_range, zero_gradient_error
 from ..model import GPT
 from ..patching.generic import metric_value, user_hooked_points
 from ..patching.generic import warn_unbatched as _warn_unbatched
+from ._inputs import prepare
 from ._run import BaseRun, attached, flags
 from .graph import Graph
-from .patch import Metric, _base_of, edge_sets_of, prepare, run_edge_sets
+from .patch import Metric, _base_of, edge_sets_of, run_edge_sets
 
 __all__ = ["eap_scores", "eap_ig_scores", "exact_edge_scores"]
 
@@ -70,7 +71,7 @@ def eap_scores(
         >>> scores = eap_scores(model, clean, corrupted, metric)
         >>> Graph.from_model(model).top_edges(scores, k=5)
     """
-    return eap_ig_scores(model, clean_tokens, corrupted_tokens, metric, steps=1, progress=progress)
+    return _eap_ig(model, clean_tokens, corrupted_tokens, metric, 1, None, progress, "eap_scores")
 
 
 def eap_ig_scores(
@@ -93,31 +94,51 @@ def eap_ig_scores(
     Returns:
         float32 `[n_edges]` scores in `Graph(model.cfg)`'s edge order.
 
+    Raises:
+        ValueError: the metric's gradient is 0 at every receiver input (a step function such as
+            sign or round): every score would be 0.
+
     Example:
         >>> scores = eap_ig_scores(model, clean, corrupted, metric, steps=5)
     """
-    check_callable(metric, "metric", "a function of the logits")
-    steps = check_int_in_range(steps, "steps", 1, None, "interpolation steps")
-    model, graph, base, other_of, other = prepare(model, clean_tokens, corrupted_tokens, caller="eap_ig_scores")
+    return _eap_ig(model, clean_tokens, corrupted_tokens, metric, steps, batch_size, progress, "eap_ig_scores")
+
+
+def _eap_ig(
+    model: Any,
+    clean_tokens: Any,
+    corrupted_tokens: Any,
+    metric: Metric,
+    steps: Any,
+    batch_size: Any,
+    progress: bool,
+    caller: str,
+) -> Tensor:
+    check_callable(metric, "metric", "a function of the logits", caller)
+    steps = check_int_in_range(steps, "steps", 1, None, "interpolation steps", caller=caller)
+    if batch_size is not None:
+        check_int_in_range(batch_size, "batch_size", 1, None, "steps per forward", caller=caller)
+    model, graph, base, other_of, other = prepare(model, clean_tokens, corrupted_tokens, caller=caller, gradient=True)
     n_batch, n_pos = base.tokens.shape
     hooked = user_hooked_points(model)
     if hooked:
         _warn_unbatched(hooked)
-    if batch_size is not None:
-        check_int_in_range(batch_size, "batch_size", 1, None, "steps per forward")
     per = 1 if hooked else batch_size or max(1, IG_ROWS_PER_FORWARD // (n_batch * n_pos))
     diff = other.expand_as(base.senders) - base.senders  # [batch, pos, n_senders, d_model]
     # The corrupted input embeddings: the input sender's other value (an ablation's, too).
     start_in = other[:, :, 0].expand_as(base.resid[0])
     matrix = torch.zeros(len(graph.senders), len(graph.receivers), dtype=diff.dtype, device=diff.device)
     bar = tqdm(total=steps, desc="EAP-IG" if steps > 1 else "EAP", disable=not progress)
+    reached = False  # a non-zero gradient at some receiver input, in some step
     try:
         for lo in range(1, steps + 1, per):
             ks = list(range(lo, min(lo + per, steps + 1)))
-            _accumulate(model, graph, base, start_in, diff, [k / steps for k in ks], metric, matrix)
+            reached |= _accumulate(model, graph, base, start_in, diff, [k / steps for k in ks], metric, matrix)
             bar.update(len(ks))
     finally:
         bar.close()
+    if not reached:
+        raise zero_gradient_error("metric", metric, caller, "receiver input (in every step)")
     scores = matrix[graph.edge_sender.to(matrix.device), graph.edge_receiver.to(matrix.device)] / steps
     return scores.float()
 
@@ -131,9 +152,10 @@ def _accumulate(
     alphas: list[float],
     metric: Metric,
     matrix: Tensor,
-) -> None:
+) -> bool:
     """Add `sum over copies, batch, pos of diff . grad` into `matrix [n_senders, n_receivers]` for one
-    forward+backward of `len(alphas)` interpolated copies stacked along the batch."""
+    forward+backward of `len(alphas)` interpolated copies stacked along the batch. Returns whether
+    the metric's gradient was non-zero at some receiver input."""
     n, n_heads = graph.n_layers, graph.n_heads
     n_batch, n_pos = base.tokens.shape
     n_copies = len(alphas)
@@ -165,6 +187,7 @@ def _accumulate(
         ).sum()
         keys = list(kept)
         grads = torch.autograd.grad(total, [kept[k] for k in keys], allow_unused=True)
+    reached = any(g is not None and bool(g.ne(0).any()) for g in grads)
     with torch.no_grad():
         for key, g in zip(keys, grads, strict=True):
             if g is None:
@@ -182,6 +205,7 @@ def _accumulate(
                 n_up = graph.receiver_n_senders[r[0]]
             g = g if g.ndim == 4 else g[:, :, None]
             matrix[:n_up, r] += torch.einsum("bpsd,bprd->sr", diff[:, :, :n_up], g)
+    return reached
 
 
 def exact_edge_scores(
@@ -210,9 +234,9 @@ def exact_edge_scores(
         >>> exact = exact_edge_scores(model, clean, corrupted, metric)
         >>> torch.corrcoef(torch.stack([exact, eap_scores(model, clean, corrupted, metric)]))
     """
-    check_callable(metric, "metric", "a function of the logits")
+    check_callable(metric, "metric", "a function of the logits", "exact_edge_scores")
     model, graph, base, other_of, _ = prepare(model, clean_tokens, corrupted_tokens, caller="exact_edge_scores")
-    idx = torch.arange(graph.n_edges) if edges is None else torch.unique(graph.edge_indices(edges))
+    idx = torch.arange(graph.n_edges) if edges is None else graph.edge_indices(edges, caller="exact_edge_scores")
     sets = edge_sets_of(graph, [int(i) for i in idx])
     values = run_edge_sets(
         model,

@@ -16,7 +16,7 @@ from jaxtyping import Int
 from torch import Tensor
 
 from ..cache import ActivationCache
-from ..checks import check_callable, check_shape
+from ..checks import check_callable, check_gradient_reached, check_shape
 from ..model import GPT
 from ..utils import get_act_name
 from .generic import PatchingMetric, as_tokens, check_model, generic_activation_patch, metric_value
@@ -129,6 +129,7 @@ def attribution_patch(
             raise ValueError("metric's output does not depend on the logits through autograd (detached?)")
         # 3. One backward pass; torch.autograd.grad leaves the parameters' .grad untouched.
         grads = torch.autograd.grad(value.reshape(()), [acts[n] for n in names], allow_unused=True)
+    check_gradient_reached(grads, "metric", metric, "attribution_patch", "activation patched")
     grad_of = {
         n: (g if g is not None else torch.zeros_like(acts[n])).detach() for n, g in zip(names, grads, strict=True)
     }

@@ -1,0 +1,218 @@
+"""The checks every circuit entry point shares, run once where its inputs enter (then one clean run).
+
+- The model: an interp_gpt GPT with no SAE spliced in that would change what the edge graph
+  reads (`check_saes`).
+- Prompts: clean and corrupted (or the ablation's reference) line up row by row and position by
+  position. Strings are tokenized (right-padded, as `model.to_tokens`) and each row's real length
+  is known: a clean row and its corrupted row must have the same number of tokens, or the call is
+  refused naming the row and both lengths, since edge patching would otherwise patch a pad
+  position's values into a real one. Token tensors are taken as given: every position is a real
+  token. The "mean" and "resample" ablations mix the reference's rows position by position, so
+  its rows (the clean ones by default) must all be of one length.
+- Caches (the direct-path sweeps): each holds the hooks needed, for the tokens' batch and positions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from ..checks import check_int_in_range, check_shape, check_type
+from ..model import GPT
+from ..patching.generic import as_tokens
+from ._run import BaseRun, SenderValues, base_run
+from .graph import Graph
+
+ABLATIONS = ("zero", "mean", "resample")
+
+
+# ----------------------------------------------------------------------------
+# the model
+# ----------------------------------------------------------------------------
+def circuit_model(model: Any, caller: str, gradient: bool = False) -> GPT:
+    """`model`, checked: a GPT whose spliced SAEs (if any) leave the edge graph exact."""
+    model = check_type(model, GPT, "model", "an interp_gpt GPT", caller)
+    check_saes(model, caller, gradient)
+    return model
+
+
+def check_saes(model: GPT, caller: str, gradient: bool = False) -> None:
+    """Refuse a spliced SAE that changes what the edge graph reads: one without the error term
+    replaces the activation after the senders are read there (so edges carry values the model no
+    longer uses); with `gradient` (EAP), any SAE, since gradients pass through its
+    reconstruction only, even with the error term."""
+    for name, sae in getattr(model, "acts_to_saes", {}).items():
+        point: Any = model.hook_dict[name]
+        if gradient:
+            raise ValueError(
+                f"{caller}: an SAE ({sae.extra_repr()}) is spliced in at {name!r}; gradients pass through "
+                "its reconstruction only (with or without the error term), so edge attribution would not "
+                "be the model's gradient: take it out with model.reset_saes() (exact edge patching, "
+                "patch_edges / exact_edge_scores, is exact with an SAE spliced with use_error_term=True)"
+            )
+        if not point.use_error_term:
+            raise ValueError(
+                f"{caller}: an SAE ({sae.extra_repr()}) is spliced in at {name!r} without the error term; "
+                "it replaces that activation after the edge graph reads its senders, so edge patches "
+                "would be wrong: splice it with model.add_sae(sae, use_error_term=True), or take it out "
+                "with model.reset_saes()"
+            )
+
+
+# ----------------------------------------------------------------------------
+# prompts
+# ----------------------------------------------------------------------------
+@dataclass
+class Prompts:
+    """Token ids `[batch, pos]` and each row's number of real tokens (None: every position is real)."""
+
+    ids: Tensor
+    lengths: list[int] | None
+
+    def length(self, row: int) -> int:
+        return self.ids.shape[1] if self.lengths is None else self.lengths[row]
+
+
+def prompts(model: GPT, x: Any, arg: str) -> Prompts:
+    """Token ids from strings (with each row's real length) or token ids (every position real)."""
+    if isinstance(x, (str, list)) and (isinstance(x, str) or all(isinstance(s, str) for s in x)):
+        ids, mask = model.to_tokens(x, return_mask=True)
+        return Prompts(ids, [int(n) for n in mask.sum(dim=1).tolist()])
+    return Prompts(as_tokens(model, x, arg), None)
+
+
+def check_rows_align(clean: Prompts, other: Prompts, arg: str, caller: str) -> None:
+    """Refuse `other` unless each of its rows has the clean row's shape of real tokens."""
+    n_clean, n_other = clean.ids.shape[0], other.ids.shape[0]
+    if n_clean != n_other:
+        raise ValueError(
+            f"{caller}: {arg} has {n_other} prompt(s) but clean_tokens has {n_clean}: "
+            "edge patching pairs each clean prompt with one corrupted prompt"
+        )
+    if clean.lengths is not None or other.lengths is not None:
+        for row in range(n_clean):
+            a, b = clean.length(row), other.length(row)
+            if a != b:
+                raise ValueError(
+                    f"{caller}: row {row}: clean_tokens has {a} tokens but {arg} has {b}; edge patching lines "
+                    "a clean prompt and its corrupted prompt up position by position, so a padded position "
+                    "would be patched into a real one: give pairs that tokenize to the same length "
+                    "(model.to_str_tokens shows the tokens)"
+                )
+    check_shape(other.ids, clean.ids.shape, arg, "clean_tokens' [batch, pos]", caller=caller)
+
+
+def _check_one_length(p: Prompts, arg: str, ablation: str, caller: str) -> None:
+    if p.lengths is None:
+        return
+    for row, n in enumerate(p.lengths):
+        if n != p.lengths[0]:
+            raise ValueError(
+                f"{caller}: {arg} row {row} has {n} tokens but row 0 has {p.lengths[0]}; the {ablation!r} "
+                "ablation mixes the prompts position by position, so a padded position would stand in for "
+                "a real one: give prompts that tokenize to one length"
+            )
+
+
+def prepare(
+    model: Any,
+    clean: Any,
+    corrupted: Any,
+    reference: Any = None,
+    seed: int = 0,
+    caller: str = "patch_edges",
+    gradient: bool = False,
+) -> tuple[GPT, Graph, BaseRun, SenderValues, Tensor]:
+    """Check the inputs; run the clean input once. Returns the model, its graph, the clean run,
+    the other value of every sender (`[batch or 1, pos, k, d_model]` for sender indices `[k]`) and
+    the other run's sender outputs as one tensor `[batch or 1, pos, n_senders, d_model]`.
+    `gradient`: the caller differentiates the model (EAP)."""
+    model = circuit_model(model, caller, gradient)
+    graph = Graph(model.cfg)
+    clean_p = prompts(model, clean, "clean_tokens")
+    other: Tensor
+    if isinstance(corrupted, str) and corrupted in ABLATIONS:
+        ref_p = clean_p
+        if reference is not None:
+            ref_p = prompts(model, reference, "reference")
+            if ref_p.ids.shape[1] != clean_p.ids.shape[1]:
+                raise ValueError(
+                    f"{caller}: reference has {ref_p.ids.shape[1]} positions but clean_tokens has "
+                    f"{clean_p.ids.shape[1]}: the ablation values are per position"
+                )
+        arg = "clean_tokens (the reference by default)" if reference is None else "reference"
+        if corrupted != "zero":
+            _check_one_length(ref_p, arg, corrupted, caller)
+        if corrupted == "resample":
+            seed = check_int_in_range(seed, "seed", 0, None, caller=caller)
+            n = ref_p.ids.shape[0]
+            if n < 2:
+                raise ValueError(
+                    f"{caller}: resample ablation needs at least 2 prompts to draw from, got a batch of {n}"
+                )
+            if n != clean_p.ids.shape[0]:
+                raise ValueError(
+                    f"{caller}: reference has {n} prompts but clean_tokens has {clean_p.ids.shape[0]}: the "
+                    "'resample' ablation gives each clean prompt another reference prompt's outputs, so "
+                    "the batches must be of one size"
+                )
+        base = base_run(model, clean_p.ids)
+        ref = base if reference is None else base_run(model, ref_p.ids)
+        if corrupted == "zero":
+            other = torch.zeros_like(base.senders[:1])
+        elif corrupted == "mean":
+            other = ref.senders.mean(dim=0, keepdim=True)
+        else:
+            n = ref.senders.shape[0]
+            gen = torch.Generator().manual_seed(seed)
+            # A permutation with no fixed point: every prompt takes another prompt's outputs.
+            perm = torch.randperm(n, generator=gen)
+            while bool((perm == torch.arange(n)).any()):
+                perm = torch.randperm(n, generator=gen)
+            other = ref.senders[perm.to(ref.senders.device)]
+    elif corrupted is None:
+        raise ValueError(f"{caller}: corrupted_tokens is None: pass corrupted tokens or an ablation {ABLATIONS}")
+    else:
+        if reference is not None:
+            raise ValueError(f"{caller}: reference= is for the 'mean' and 'resample' ablations, not corrupted tokens")
+        other_p = prompts(model, corrupted, "corrupted_tokens")
+        check_rows_align(clean_p, other_p, "corrupted_tokens", caller)
+        base = base_run(model, clean_p.ids)
+        other = base_run(model, other_p.ids).senders
+
+    def other_of(ps: Tensor) -> Tensor:
+        return other[:, :, ps]
+
+    return model, graph, base, other_of, other
+
+
+# ----------------------------------------------------------------------------
+# caches
+# ----------------------------------------------------------------------------
+def check_z_cache(model: GPT, cache: Any, arg: str, layers: list[int], tokens: Tensor, caller: str) -> None:
+    """Refuse a cache that lacks `hook_z` of `layers`, or holds it for another batch or length
+    than `tokens` (the corrupted tokens the sweep runs)."""
+    if not isinstance(cache, Mapping):
+        raise TypeError(
+            f"{caller}: {arg} must be an ActivationCache (or a dict of hook name -> tensor), got {type(cache).__name__}"
+        )
+    cfg = model.cfg
+    want = (*tokens.shape, cfg.n_heads, cfg.d_head)
+    for layer in layers:
+        name = f"blocks.{layer}.attn.hook_z"
+        if name not in cache:
+            raise KeyError(
+                f"{caller}: {arg} holds no {name!r}; run model.run_with_cache on the prompts without "
+                "names_filter, or with one that keeps every layer's attn.hook_z"
+            )
+        z = cache[name]
+        if not isinstance(z, Tensor) or tuple(z.shape) != want:
+            got = tuple(z.shape) if isinstance(z, Tensor) else type(z).__name__
+            raise ValueError(
+                f"{caller}: {arg}[{name!r}] has shape {got} but corrupted_tokens is {list(tokens.shape)}: "
+                f"expected {list(want)} [batch, pos, n_heads, d_head], a cache of a batch of the same size and length"
+            )
