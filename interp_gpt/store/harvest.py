@@ -282,7 +282,13 @@ def harvest(
                 raise ValueError(
                     f"out_dir: shard {str(path)!r} is missing or differs from its record; delete the folder"
                 )
-    skip = len(records) * per_shard  # this rank's windows already on disk
+    skip = sum(r["n_tokens"] for r in records) // ctx  # this rank's windows already on disk
+    # A last shard cut short: this rank had read all its windows (its digest is the one at the loop's end).
+    done_before = bool(records) and records[-1]["n_tokens"] < per_shard * ctx
+    differs = ValueError(
+        f"data: the text differs from what the interrupted harvest in {str(out)!r} read (sha256 of the text "
+        "so far); resume with the same data or choose another folder"
+    )
     mine = len(range(rank, n_windows, world))
     bar = _NoBar()
     if progress and rank == 0:  # tqdm shows tokens/s; the other ranks go at the same pace
@@ -335,12 +341,11 @@ def harvest(
                 continue
             local += 1
             if local < skip:
-                if local == skip - 1 and store.windows.digest != records[-1]["data_sha256"]:
-                    raise ValueError(
-                        f"data: the text differs from what the interrupted harvest in {str(out)!r} read "
-                        "(sha256 of the text so far); resume with the same data or choose another folder"
-                    )
+                if local == skip - 1 and not done_before and store.windows.digest != records[-1]["data_sha256"]:
+                    raise differs
                 continue
+            if done_before:  # more windows than the harvest had found
+                raise differs
             if shard is None:
                 shard, first = _staging(store, per_shard * ctx, spare), i
             ids.append(i)
@@ -371,6 +376,8 @@ def harvest(
             f"data: the text is shorter than what the interrupted harvest in {str(out)!r} read ({local + 1} of "
             f"this rank's windows, {skip} already in shards); resume with the same data or choose another folder"
         )
+    if done_before and store.windows.digest != records[-1]["data_sha256"]:
+        raise differs
     exhausted = local + 1 < mine
     mine_state = {"shards": records, "data_sha256": store.windows.digest, "exhausted": exhausted}
     everyone = _gather(mine_state, world)
