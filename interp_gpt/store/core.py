@@ -64,7 +64,11 @@ class ActivationStore:
         dtype, device: of the served activations (default: the model's dtype, the model's device).
         prepend_bos: start every window with BOS (default: `cfg.default_prepend_bos`).
         rank, world_size: read windows `rank, rank + world_size, ...` only (default: from
-            torch.distributed when it is initialised, else the whole data).
+            torch.distributed when it is initialised, else the whole data). `harvest` with
+            world_size > 1 needs the process group (the ranks write one manifest through it).
+
+    The data is read and tokenized by a thread ahead of the forward passes; it stops when the data runs
+    out, on `close()`, or on leaving `with ActivationStore(...) as store:`.
 
     Example:
         >>> store = ActivationStore(model, "blocks.1.hook_resid_pre", ["some text " * 100], context_size=8,

@@ -20,8 +20,14 @@ into the file's bytes, and that one; reused from shard to shard): the forward's 
 in order, and serialising copies nothing (shardfile.py).
 
 Files go through `interp_gpt.files` (whole or not at all). The manifest records the hooks, d_in,
-dtype, tokens per shard and sha256 of each, the text's sha256, and the model's and tokenizer's
-identity; a folder holding a harvest with another configuration is refused, naming what differs.
+dtype, tokens per shard and sha256 of each, the text's sha256, and the harvest's identity (the
+settings, the model with its weights, spliced SAEs and user hooks, the tokenizer: identity.py). A
+folder holding a harvest with another identity is refused, naming what differs; a resume, and a
+finished harvest before it is handed back, also compare the text's sha256.
+
+Nothing half-done: everything the last steps need (a process group matching the store's rank and
+world size, the same settings on every rank, one folder every rank sees) is checked before the
+first write; the reading thread and the writer thread are joined before `harvest` returns or raises.
 
     >>> harvest(store, "acts/", n_tokens=1_000_000, shard_tokens=65_536)
     >>> acts = load_harvest("acts/")["blocks.1.hook_resid_pre"]
@@ -237,8 +243,10 @@ def harvest(
 ) -> dict[str, Any]:
     """Write the activations of the first `n_tokens` tokens of `store`'s data (rounded down to whole
     windows) to shards of `shard_tokens` rows (rounded down to whole windows) in `out_dir`, then
-    `manifest.json`; returns the manifest. Run again on the same folder it resumes (or returns at
-    once when complete). Under torchrun each rank writes its own shards; call it on every rank.
+    `manifest.json`; returns the manifest. Run again on the same folder it resumes, or, when complete,
+    reads the text again (no forward pass) and returns the manifest if the text is the same. Under
+    torchrun each rank writes its own shards; call it on every rank (a store given rank= and world_size=
+    needs the process group too: the ranks meet there at the end).
 
     `on_shard(record)` is called after each shard is on disk and recorded.
 
