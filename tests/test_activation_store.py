@@ -238,13 +238,15 @@ from pathlib import Path
 from interp_gpt import GPT
 from interp_gpt.store import ActivationStore
 model = GPT.from_pretrained("tiny-gpt2")
-calls = []  # 1 probe + 2 forwards a shard: the 9th is mid-way through shard 3
-def kill_on_the_ninth_forward(x, hook):
-    calls.append(1)
-    if len(calls) == 9:
-        os.kill(os.getpid(), signal.SIGKILL)
-model.add_perma_hook("blocks.0.hook_resid_pre", kill_on_the_ninth_forward)
 store = ActivationStore(model, "blocks.1.hook_resid_pre", Path(sys.argv[1]), context_size=32, batch_size=3)
+calls = []  # 2 forwards a shard: the 8th is mid-way through shard 3 (a hook would be part of the identity)
+forward = store.activations
+def kill_on_the_eighth_forward(tokens):
+    calls.append(1)
+    if len(calls) == 8:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return forward(tokens)
+store.activations = kill_on_the_eighth_forward
 store.harvest(sys.argv[2], n_tokens=900, shard_tokens=160, progress=False)
 """
 

@@ -15,7 +15,7 @@ returns when it stops at layer 3; sae-lens runs one block more). Each hook's act
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from typing import Any
 
 import torch
@@ -64,7 +64,11 @@ class ActivationStore:
         dtype, device: of the served activations (default: the model's dtype, the model's device).
         prepend_bos: start every window with BOS (default: `cfg.default_prepend_bos`).
         rank, world_size: read windows `rank, rank + world_size, ...` only (default: from
-            torch.distributed when it is initialised, else the whole data).
+            torch.distributed when it is initialised, else the whole data). `harvest` with
+            world_size > 1 needs the process group (the ranks write one manifest through it).
+
+    The data is read and tokenized by a thread ahead of the forward passes; it stops when the data runs
+    out, on `close()`, or on leaving `with ActivationStore(...) as store:`.
 
     Example:
         >>> store = ActivationStore(model, "blocks.1.hook_resid_pre", ["some text " * 100], context_size=8,
@@ -139,7 +143,7 @@ class ActivationStore:
         self.stop_at_layer = self._stop_layer()
         self.d_in = self._widths()
         self.buffer = MixingBuffer(self.buffer_rows, self.d_in, self.dtype, self.device, self.shuffle, self.seed)
-        self._batches: Iterator[Tensor] | None = None
+        self._batches: Generator[Tensor, None, None] | None = None
         self.exhausted = False
         self.n_tokens_seen = 0
         self._bar: Any = None
@@ -188,26 +192,30 @@ class ActivationStore:
         probe = torch.full((1, 2), int(self.model.tokenizer.bos_token_id), dtype=torch.long)
         return {name: int(t.shape[1]) for name, t in self.activations(probe).items()}
 
-    def window_batches(self) -> Iterator[tuple[Tensor, Tensor]]:
+    def window_batches(self) -> Generator[tuple[Tensor, Tensor], None, None]:
         """`(window_ids, tokens)`: this rank's windows (global indices `rank, rank + world_size, ...`)
         in batches of `batch_size`; the last batch may be smaller."""
         ids: list[int] = []
         rows: list[Tensor] = []
-        for i, w in enumerate(self.windows):
-            if i % self.world_size != self.rank:
-                continue
-            ids.append(i)
-            rows.append(w)
-            if len(rows) == self.batch_size:
+        windows = iter(self.windows)
+        try:
+            for i, w in enumerate(windows):
+                if i % self.world_size != self.rank:
+                    continue
+                ids.append(i)
+                rows.append(w)
+                if len(rows) == self.batch_size:
+                    yield torch.tensor(ids), torch.stack(rows)
+                    ids, rows = [], []
+            if rows:
                 yield torch.tensor(ids), torch.stack(rows)
-                ids, rows = [], []
-        if rows:
-            yield torch.tensor(ids), torch.stack(rows)
+        finally:
+            windows.close()  # stops and joins the reading thread, also when the consumer stops early
 
     # ----- in memory -------------------------------------------------------
     def _refill(self) -> None:
         if self._batches is None:
-            self._batches = (tokens for _, tokens in self.window_batches())
+            self._batches = self._tokens()
             if self.progress:
                 self._bar = tqdm(desc="activations", unit="tok", unit_scale=True, disable=self.rank != 0)
         forward_rows = self.batch_size * self.context_size
@@ -225,6 +233,29 @@ class ActivationStore:
             self.n_tokens_seen += tokens.numel()
             if self._bar is not None:
                 self._bar.update(tokens.numel())
+
+    def _tokens(self) -> Generator[Tensor, None, None]:
+        batches = self.window_batches()
+        try:
+            for _, tokens in batches:
+                yield tokens
+        finally:
+            batches.close()
+
+    def close(self) -> None:
+        """Stop reading the data: the reading thread is stopped and joined (a store used up, or dropped,
+        does this by itself; `with ActivationStore(...) as store:` calls it on leaving)."""
+        if self._batches is not None:
+            self._batches.close()
+        if self._bar is not None:
+            self._bar.close()
+        self.exhausted = True
+
+    def __enter__(self) -> ActivationStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def next_batch(self) -> Tensor | dict[str, Tensor]:
         """The next `out_batch_size` rows (fewer at the very end): a tensor `[n, d_in]` for a single hook,

@@ -20,8 +20,14 @@ into the file's bytes, and that one; reused from shard to shard): the forward's 
 in order, and serialising copies nothing (shardfile.py).
 
 Files go through `interp_gpt.files` (whole or not at all). The manifest records the hooks, d_in,
-dtype, tokens per shard and sha256 of each, the text's sha256, and the model's and tokenizer's
-identity; a folder holding a harvest with another configuration is refused, naming what differs.
+dtype, tokens per shard and sha256 of each, the text's sha256, and the harvest's identity (the
+settings, the model with its weights, spliced SAEs and user hooks, the tokenizer: identity.py). A
+folder holding a harvest with another identity is refused, naming what differs; a resume, and a
+finished harvest before it is handed back, also compare the text's sha256.
+
+Nothing half-done: everything the last steps need (a process group matching the store's rank and
+world size, the same settings on every rank, one folder every rank sees) is checked before the
+first write; the reading thread and the writer thread are joined before `harvest` returns or raises.
 
     >>> harvest(store, "acts/", n_tokens=1_000_000, shard_tokens=65_536)
     >>> acts = load_harvest("acts/")["blocks.1.hook_resid_pre"]
@@ -31,6 +37,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
@@ -43,8 +50,8 @@ from tqdm.auto import tqdm  # type: ignore[import-untyped]
 
 from ..checks import check_int_in_range
 from ..files import atomic_path, write_atomic
+from .identity import differences, identity
 from .shardfile import ShardBuffer
-from .text import describe_data
 
 __all__ = ["harvest", "load_harvest", "iter_shards", "FORMAT"]
 
@@ -60,46 +67,6 @@ def _sha256_file(path: Path) -> str:
     return h.hexdigest()
 
 
-def _identity(store: Any) -> dict[str, Any]:
-    """What the shards depend on, besides the data: compared on resume and in an existing folder."""
-    model, tok = store.model, store.model.tokenizer
-    weights = hashlib.sha256()
-    for name, t in sorted(model.state_dict().items()):
-        weights.update(name.encode())
-        weights.update(t.detach().cpu().contiguous().view(-1).view(torch.uint8).numpy().tobytes())
-    backend = getattr(tok, "backend", None)
-    tok_text = backend.to_str() if backend is not None else repr(tok)
-    return {
-        "hooks": store.hooks,
-        "context_size": store.context_size,
-        "prepend_bos": store.prepend_bos,
-        "batch_size": store.batch_size,
-        "shuffle": store.shuffle,
-        "seed": store.seed,
-        "dtype": str(store.dtype).removeprefix("torch."),
-        "world_size": store.world_size,
-        "model": {"name": store.cfg.model_name, "weights_sha256": weights.hexdigest()},
-        "tokenizer": {
-            "name": getattr(tok, "name", None),
-            "vocab_size": int(tok.vocab_size),
-            "bos_token_id": int(tok.bos_token_id),
-            "sha256": hashlib.sha256(tok_text.encode()).hexdigest(),
-        },
-        "data": describe_data(store.data),
-    }
-
-
-def _differences(old: dict[str, Any], new: dict[str, Any], prefix: str = "") -> list[str]:
-    out = []
-    for key in sorted(set(old) | set(new)):
-        a, b = old.get(key), new.get(key)
-        if isinstance(a, dict) and isinstance(b, dict):
-            out += _differences(a, b, f"{prefix}{key}.")
-        elif a != b:
-            out.append(f"{prefix}{key}: {a!r} there, {b!r} here")
-    return out
-
-
 def _check_folder(out: Path, config: dict[str, Any]) -> dict[str, Any] | None:
     """Refuse a folder that holds something else; return its manifest if the same harvest is complete."""
     if out.exists() and not out.is_dir():
@@ -112,7 +79,7 @@ def _check_folder(out: Path, config: dict[str, Any]) -> dict[str, Any] | None:
             old = json.loads(path.read_text(encoding="utf-8"))["config"]
         except (ValueError, KeyError) as e:
             raise ValueError(f"out_dir: {str(path)!r} is not a harvest record ({e}); choose another folder") from None
-        diff = _differences(old, config)
+        diff = differences(old, config)
         if diff:
             raise ValueError(
                 f"out_dir: {str(out)!r} holds a harvest with a different configuration ({'; '.join(diff)}); "
@@ -149,6 +116,84 @@ def _gather(obj: Any, world_size: int) -> list[Any]:
     out: list[Any] = [None] * world_size
     dist.all_gather_object(out, obj)
     return out
+
+
+def _check_group(rank: int, world: int) -> None:
+    """The ranks meet in torch.distributed at the end (rank 0 gathers every rank's shards into the
+    manifest): refuse, before anything is read or written, a world the process group does not match."""
+    import torch.distributed as dist
+
+    group = dist.is_available() and dist.is_initialized()
+    if world > 1 and not group:
+        raise ValueError(
+            f"harvest: the store has rank={rank}, world_size={world} but no torch.distributed process group is "
+            "initialised, and the ranks gather their shards into one manifest through it; run every rank under "
+            "torchrun (or call torch.distributed.init_process_group first), or harvest with world_size=1"
+        )
+    if group and (dist.get_rank(), dist.get_world_size()) != (rank, world):
+        raise ValueError(
+            f"harvest: the store has rank={rank}, world_size={world} but the process group has rank "
+            f"{dist.get_rank()} of {dist.get_world_size()}; make the store without rank= and world_size= "
+            "(under a process group they come from it)"
+        )
+
+
+def _check_ranks(config: dict[str, Any], world: int) -> str:
+    """Every rank harvests with the same settings (rank 0's manifest records its own); returns a token
+    rank 0 drew, the same on every rank."""
+    token = os.urandom(8).hex()
+    everyone = _gather((config, token), world)
+    for r, (other, _) in enumerate(everyone):
+        diff = differences(everyone[0][0], other, there="on rank 0", here=f"on rank {r}")
+        if diff:
+            raise ValueError(f"harvest: rank {r}'s settings differ from rank 0's ({'; '.join(diff)})")
+    return str(everyone[0][1])
+
+
+def _check_shared_folder(out: Path, rank: int, world: int, token: str) -> None:
+    """Every rank sees the files rank 0 writes (the manifest, at the end): one shared folder."""
+    marker = out / f".harvest-ranks-{token}"
+    if rank == 0:
+        write_atomic(marker, "")
+    _barrier()
+    seen = _gather(marker.exists(), world)
+    if rank == 0:
+        marker.unlink(missing_ok=True)
+    blind = [r for r, s in enumerate(seen) if not s]
+    if blind:
+        raise ValueError(
+            f"out_dir: rank {blind[0]} does not see the files rank 0 writes in {str(out)!r}; every rank needs "
+            "the same folder (on a shared file system): rank 0 writes the manifest there and every rank reads it"
+        )
+
+
+def _text_digest(store: Any, n_windows: int) -> str:
+    """The sha256 of the text a harvest of `n_windows` windows reads (as far as its loop reads it)."""
+    windows = iter(store.windows)
+    try:
+        for i, _ in enumerate(windows):
+            if i >= n_windows:
+                break
+    finally:
+        windows.close()
+    return store.windows.digest
+
+
+def _check_finished(store: Any, out: Path, manifest: dict[str, Any], n_windows: int) -> None:
+    """A finished harvest is handed back only for the same text (the settings matched already) and
+    with every shard in place."""
+    missing = [r["file"] for r in manifest["shards"] if not (out / r["file"]).is_file()]
+    if missing:
+        raise ValueError(
+            f"out_dir: {str(out)!r} holds a finished harvest whose shards {', '.join(missing[:3])} are missing; "
+            "delete the folder and harvest again"
+        )
+    digest = _text_digest(store, n_windows)
+    if digest != manifest["data_sha256"]:
+        raise ValueError(
+            f"data: the text differs from what the finished harvest in {str(out)!r} read (data_sha256: "
+            f"{manifest['data_sha256'][:16]}... there, {digest[:16]}... here); harvest it into another folder"
+        )
 
 
 class _NoBar:
@@ -198,8 +243,10 @@ def harvest(
 ) -> dict[str, Any]:
     """Write the activations of the first `n_tokens` tokens of `store`'s data (rounded down to whole
     windows) to shards of `shard_tokens` rows (rounded down to whole windows) in `out_dir`, then
-    `manifest.json`; returns the manifest. Run again on the same folder it resumes (or returns at
-    once when complete). Under torchrun each rank writes its own shards; call it on every rank.
+    `manifest.json`; returns the manifest. Run again on the same folder it resumes, or, when complete,
+    reads the text again (no forward pass) and returns the manifest if the text is the same. Under
+    torchrun each rank writes its own shards; call it on every rank (a store given rank= and world_size=
+    needs the process group too: the ranks meet there at the end).
 
     `on_shard(record)` is called after each shard is on disk and recorded.
 
@@ -207,20 +254,29 @@ def harvest(
         >>> store = ActivationStore(model, "blocks.1.hook_resid_pre", "data/corpus", context_size=128)
         >>> manifest = harvest(store, "acts/", n_tokens=1 << 20, shard_tokens=1 << 16)
     """
+    # Everything the steps up to the manifest need is checked here, before the first read or write.
     ctx = store.context_size
     n_tokens = check_int_in_range(n_tokens, "n_tokens", ctx, None, f"n_tokens (at least one window of {ctx})")
     shard_tokens = check_int_in_range(shard_tokens, "shard_tokens", ctx, None, f"shard_tokens (at least {ctx})")
+    if on_shard is not None and not callable(on_shard):
+        raise TypeError(f"harvest: on_shard: expected a function of a shard's record, got {type(on_shard).__name__}")
     n_windows, per_shard = n_tokens // ctx, shard_tokens // ctx
     rank, world = store.rank, store.world_size
+    _check_group(rank, world)
     out = Path(out_dir)
-    config = {**_identity(store), "n_tokens": n_tokens, "shard_tokens": shard_tokens}
+    config = {**identity(store), "n_tokens": n_tokens, "shard_tokens": shard_tokens}
+    token = _check_ranks(config, world) if world > 1 else ""
     done_manifest = _check_folder(out, config)
-    _barrier()
     if done_manifest is not None:
+        _check_finished(store, out, done_manifest, n_windows)
+        _barrier()
         return done_manifest
+    _barrier()
     out.mkdir(parents=True, exist_ok=True)
+    if world > 1:
+        _check_shared_folder(out, rank, world, token)
     leftovers = [f".shard-r{rank:03d}-*.tmp", f".progress-r{rank:03d}.json.*.tmp"] + (
-        [".manifest.json.*.tmp"] * (rank == 0)
+        [".manifest.json.*.tmp", ".harvest-ranks-*"] * (rank == 0)
     )
     for stale in [p for pattern in leftovers for p in out.glob(pattern)]:  # temporaries of a killed harvest
         stale.unlink(missing_ok=True)
@@ -234,7 +290,13 @@ def harvest(
                 raise ValueError(
                     f"out_dir: shard {str(path)!r} is missing or differs from its record; delete the folder"
                 )
-    skip = len(records) * per_shard  # this rank's windows already on disk
+    skip = sum(r["n_tokens"] for r in records) // ctx  # this rank's windows already on disk
+    # A last shard cut short: this rank had read all its windows (its digest is the one at the loop's end).
+    done_before = bool(records) and records[-1]["n_tokens"] < per_shard * ctx
+    differs = ValueError(
+        f"data: the text differs from what the interrupted harvest in {str(out)!r} read (sha256 of the text "
+        "so far); resume with the same data or choose another folder"
+    )
     mine = len(range(rank, n_windows, world))
     bar = _NoBar()
     if progress and rank == 0:  # tqdm shows tokens/s; the other ranks go at the same pace
@@ -271,6 +333,7 @@ def harvest(
         wait()
         pending.append(writer.submit(write, shard, k, first, store.windows.digest))
 
+    windows = iter(store.windows)
     try:
         shard: ShardBuffer | None = None
         k = len(records)  # the next shard's number
@@ -278,7 +341,7 @@ def harvest(
         rows: list[Tensor] = []
         first = 0
         local = n_seen = -1
-        for i, window in enumerate(store.windows):
+        for i, window in enumerate(windows):
             n_seen = i
             if i >= n_windows:
                 break
@@ -286,12 +349,11 @@ def harvest(
                 continue
             local += 1
             if local < skip:
-                if local == skip - 1 and store.windows.digest != records[-1]["data_sha256"]:
-                    raise ValueError(
-                        f"data: the text differs from what the interrupted harvest in {str(out)!r} read "
-                        "(sha256 of the text so far); resume with the same data or choose another folder"
-                    )
+                if local == skip - 1 and not done_before and store.windows.digest != records[-1]["data_sha256"]:
+                    raise differs
                 continue
+            if done_before:  # more windows than the harvest had found
+                raise differs
             if shard is None:
                 shard, first = _staging(store, per_shard * ctx, spare), i
             ids.append(i)
@@ -311,11 +373,19 @@ def harvest(
         if shard is not None and shard.n:
             finish(shard, first, k)
         wait()
-    finally:
+    finally:  # every thread this harvest started is stopped and joined, on success and on error
+        windows.close()  # the reading thread
         writer.shutdown(wait=True)  # a shard on its way is finished, even on an error
-    bar.close()
+        bar.close()  # (and tqdm's monitor thread with the last bar)
     if n_seen < 0:
         raise ValueError(f"data: no window of context_size={ctx} tokens could be made from it (empty or too short)")
+    if local + 1 < skip:
+        raise ValueError(
+            f"data: the text is shorter than what the interrupted harvest in {str(out)!r} read ({local + 1} of "
+            f"this rank's windows, {skip} already in shards); resume with the same data or choose another folder"
+        )
+    if done_before and store.windows.digest != records[-1]["data_sha256"]:
+        raise differs
     exhausted = local + 1 < mine
     mine_state = {"shards": records, "data_sha256": store.windows.digest, "exhausted": exhausted}
     everyone = _gather(mine_state, world)

@@ -20,12 +20,13 @@ Memory stays bounded by one chunk whatever the file size.
 
 from __future__ import annotations
 
+import atexit
 import hashlib
 import os
 import queue
 import re
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Generator, Iterable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -176,19 +177,36 @@ class TokenWindows:
             pending = pending[at:]
             yield torch.from_numpy(rows), digest
 
-    def __iter__(self) -> Iterator[Tensor]:
+    def __iter__(self) -> Generator[Tensor, None, None]:
+        """The windows in order. Close the iterator when you stop early (`it.close()`; a `for` loop over a
+        dropped iterator does it on garbage collection): that stops and joins the reading thread."""
         self._digest = hashlib.sha256().hexdigest()
-        for rows, digest in _prefetch(self._blocks()):
-            self._digest = digest
-            yield from rows
+        blocks = _prefetch(self._blocks())
+        try:
+            for rows, digest in blocks:
+                self._digest = digest
+                yield from rows
+        finally:
+            blocks.close()
 
 
 _END = object()
+_LIVE: dict[threading.Thread, threading.Event] = {}  # prefetch threads not yet joined, and their stop flags
 
 
-def _prefetch(items: Iterator[T], depth: int = 2) -> Iterator[T]:
+@atexit.register
+def _stop_live_threads() -> None:
+    """An iterator its consumer never closed (a store left half-read) still has its thread at exit: stop and
+    join it here, so no thread is inside the tokenizer or torch while the interpreter tears down."""
+    for thread, stop in list(_LIVE.items()):
+        stop.set()
+        thread.join(timeout=10)
+
+
+def _prefetch(items: Iterator[T], depth: int = 2) -> Generator[T, None, None]:
     """`items`, made by a thread that keeps up to `depth` ahead: reading and tokenizing (which let go of
-    the GIL) overlap the forward passes. Its errors are raised here; stopping early stops it."""
+    the GIL) overlap the forward passes. Its errors are raised here. When this generator ends (used up,
+    an error, or closed early) the thread is stopped and joined before it returns."""
     q: queue.Queue[Any] = queue.Queue(maxsize=depth)
     stop = threading.Event()
 
@@ -209,8 +227,13 @@ def _prefetch(items: Iterator[T], depth: int = 2) -> Iterator[T]:
             put(_END)
         except BaseException as e:  # handed to the consumer, raised there
             put(e)
+        finally:
+            close = getattr(items, "close", None)
+            if close is not None:
+                close()  # the open file of the document being read, in this thread, which reads it
 
     thread = threading.Thread(target=produce, name="store-tokenizer", daemon=True)
+    _LIVE[thread] = stop
     thread.start()
     try:
         while (item := q.get()) is not _END:
@@ -219,3 +242,6 @@ def _prefetch(items: Iterator[T], depth: int = 2) -> Iterator[T]:
             yield item
     finally:
         stop.set()
+        if thread is not threading.current_thread():  # (a garbage collection may run this anywhere)
+            thread.join()
+            _LIVE.pop(thread, None)
