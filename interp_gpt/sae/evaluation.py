@@ -13,6 +13,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from ..checks import check_int_in_range, check_tokens
 from .core import SAE
 
 __all__ = ["explained_variance", "evaluate_sae"]
@@ -40,10 +41,16 @@ def evaluate_sae(model: Any, sae: SAE, tokens: Tensor, batch_size: int = 32) -> 
         >>> evaluate_sae(model, sae, token_windows(model, val_texts))["ce_loss_recovered"]
         0.95
     """
+    if not isinstance(sae, SAE):
+        raise TypeError(f"evaluate_sae: sae must be an interp_gpt SAE, got {type(sae).__name__}")
     hook = sae.cfg.hook_name
     if not isinstance(hook, str):
         raise ValueError("sae: its cfg.metadata.hook_name is not set; the metrics need the hook it reads")
     model.hook_points([hook], arg="sae.cfg.metadata.hook_name")
+    tokens = check_tokens(tokens, model.cfg.d_vocab, model.cfg.n_ctx, caller="evaluate_sae")
+    batch_size = check_int_in_range(batch_size, "batch_size", 1, None, caller="evaluate_sae")
+    with model.saes([sae]):  # refuses, by name, an SAE that does not fit the hook (width, dtype, device)
+        pass
     ce = {"clean": 0.0, "spliced": 0.0, "zero": 0.0}
     sse = tss_sum = 0.0
     n_rows, l0_sum = 0, 0.0
@@ -58,9 +65,12 @@ def evaluate_sae(model: Any, sae: SAE, tokens: Tensor, batch_size: int = 32) -> 
         w = t.shape[0] / tokens.shape[0]
         loss, cache = model.run_with_cache(t, names_filter=[hook], return_type="loss")
         ce["clean"] += float(loss) * w
-        x = cache[hook].reshape(-1, sae.cfg.d_in).to(sae.device, sae.dtype)
-        feats = sae.encode(x)
-        x_hat = sae.decode(feats)
+        act = cache[hook].to(sae.device, sae.dtype)
+        # one row per token ([n, n_heads, d_head] for a hook_z SAE, which flattens it itself)
+        rows = act.flatten(0, 1) if sae.cfg.reshape_activations == "hook_z" else act.reshape(-1, sae.cfg.d_in)
+        feats = sae.encode(rows)
+        x_hat = sae.decode(feats).reshape(-1, sae.cfg.d_in)
+        x = rows.reshape(-1, sae.cfg.d_in)
         fired |= (feats > 0).any(0)
         l0_sum += float((feats > 0).sum())
         sse += float((x - x_hat).double().pow(2).sum())

@@ -14,17 +14,19 @@ import json
 import shlex
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch import Tensor
 
+from ..checks import check_int_in_range
 from .config import SAEConfig, SAEMetadata
 from .core import SAE
 from .data import activation_batches, split_corpus, token_windows
-from .trainer import SAETrainer, SAETrainingConfig
+from .evaluation import evaluate_sae
+from .trainer import NonFiniteTrainingError, SAETrainer, SAETrainingConfig
 
 __all__ = ["add_arguments", "run", "run_command", "main"]
 
@@ -53,11 +55,64 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-progress", action="store_true")
 
 
+def _check_args(args: argparse.Namespace) -> SAETrainingConfig:
+    """Every option the run needs, checked before the model loads; returns the training config."""
+    for option, low in (("d_sae", 1), ("k", 1), ("batch_size", 1), ("context_size", 2), ("n_tokens", 1)):
+        check_int_in_range(getattr(args, option), "--" + option.replace("_", "-"), low, None)
+    for option in ("val_windows", "threads"):
+        check_int_in_range(getattr(args, option), "--" + option.replace("_", "-"), 0, None)
+    if args.architecture == "topk" and args.k > args.d_sae:
+        raise ValueError(f"--k={args.k} is out of range: a TopK SAE keeps 1..--d-sae={args.d_sae} features")
+    out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        raise ValueError(
+            f"--out={args.out!r} is a file; expected a folder (it gets cfg.json, the weights, metrics.json)"
+        )
+    options = {
+        "lr": args.lr,
+        "lr_warm_up_steps": args.lr_warm_up_steps,
+        "lr_decay_steps": args.lr_decay_steps,
+        "l1_coefficient": args.l1_coefficient,
+        "log_every": args.log_every,
+        "seed": args.seed,
+    }
+    try:
+        return SAETrainingConfig(**options)
+    except (TypeError, ValueError) as e:  # name the option, not the config field
+        msg = str(e).removeprefix("SAETrainingConfig: ")
+        field = next((f for f in options if msg.startswith(f + "=")), None)
+        raise ValueError("--" + field.replace("_", "-") + msg[len(field) :] if field else msg) from None
+
+
+def _hook_width(model: Any, hook: str, tokens: Tensor) -> tuple[int, str]:
+    """(d_in, reshape_activations) of an SAE on `hook`: one vector per token, a per-head hook (q, k, v,
+    z: `[batch, pos, n_heads, d_head]`) read whole as sae-lens does (reshape_activations="hook_z")."""
+    try:
+        model.hook_points([hook], arg="--hook")
+    except KeyError as e:
+        raise ValueError(f"--hook: {e.args[0]}") from None
+    _, cache = model.run_with_cache(tokens[:1, :2], names_filter=[hook])
+    act = cache[hook]
+    if act.is_floating_point() and act.ndim == 3:
+        return int(act.shape[-1]), "none"
+    if act.is_floating_point() and act.ndim == 4 and hook.endswith(("hook_q", "hook_k", "hook_v", "hook_z")):
+        return int(act.shape[-2] * act.shape[-1]), "hook_z"
+    raise ValueError(
+        f"--hook={hook!r} is {list(act.shape)} ({act.dtype}), not one vector of activations per token; "
+        "train on a hook such as hook_resid_pre, hook_attn_out, mlp.hook_post or attn.hook_z"
+    )
+
+
 def run(args: argparse.Namespace, argv: Sequence[str] | None = None) -> dict[str, Any]:
-    """Train and save one SAE from parsed arguments; returns the metrics written to metrics.json."""
+    """Train and save one SAE from parsed arguments; returns the metrics written to metrics.json.
+
+    Everything the run needs (the options, the hook, the corpus, the SAE's fit to the model and its
+    evaluation) is checked before the first step; the SAE is saved before its final evaluation. A step
+    that meets NaN / inf stops the run and saves the SAE's last good state in OUT/last_good."""
     from ..files import write_atomic
     from ..loading import from_pretrained
 
+    cfg = _check_args(args)
     if args.threads:
         torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
@@ -65,10 +120,7 @@ def run(args: argparse.Namespace, argv: Sequence[str] | None = None) -> dict[str
     model.eval()
     train_texts, val_texts = split_corpus(args.data, args.val_frac)
     val_tokens = token_windows(model, val_texts, args.context_size, args.val_windows or None)
-    d_in = int(model.cfg.d_model) if "resid" in args.hook else None
-    batches = activation_batches(model, args.hook, train_texts, args.batch_size, args.context_size, args.seed)
-    first = next(batches)
-    d_in = d_in or int(first.shape[1])
+    d_in, reshape = _hook_width(model, args.hook, val_tokens)
     metadata = SAEMetadata(
         hook_name=args.hook,
         model_name=model.cfg.model_name,
@@ -82,32 +134,28 @@ def run(args: argparse.Namespace, argv: Sequence[str] | None = None) -> dict[str
             d_sae=args.d_sae,
             architecture=args.architecture,
             k=args.k if args.architecture == "topk" else None,
+            reshape_activations=reshape,
             metadata=metadata,
         )
     )
-    cfg = SAETrainingConfig(
-        lr=args.lr,
-        lr_warm_up_steps=args.lr_warm_up_steps,
-        lr_decay_steps=args.lr_decay_steps,
-        l1_coefficient=args.l1_coefficient,
-        log_every=args.log_every,
-        seed=args.seed,
-    )
-    trainer = SAETrainer(sae, cfg, model=model, eval_tokens=val_tokens)
+    evaluate_sae(model, sae, val_tokens[:1])  # the final evaluation's path, tried before the first step
+    trainer = SAETrainer(sae, cfg)
     n_steps = max(1, args.n_tokens // args.batch_size)
-
-    def all_batches() -> Iterator[Tensor]:
-        yield first
-        yield from batches
-
+    batches = activation_batches(model, args.hook, train_texts, args.batch_size, args.context_size, args.seed)
+    out = Path(args.out)
     start = time.perf_counter()
-    log = trainer.train(all_batches(), n_steps, progress=not args.no_progress)
+    try:
+        log = trainer.train(batches, n_steps, progress=not args.no_progress)
+    except NonFiniteTrainingError as e:
+        if not e.last_good_step:  # nothing trained worth keeping
+            raise
+        sae.save_model(out / "last_good")
+        raise NonFiniteTrainingError(f"{e}; saved in {out / 'last_good'}", e.step, e.last_good_step) from None
     seconds = time.perf_counter() - start
-    sae.save_model(args.out)
-    final = {k.removeprefix("val_"): v for k, v in log[-1].items() if k.startswith("val_")}
+    sae.save_model(out)  # before the evaluation, which can fail
     command = "python -m interp_gpt.sae.training " + " ".join(shlex.quote(a) for a in (argv or []))
-    metrics = {
-        "validation": final,
+    metrics: dict[str, Any] = {
+        "validation": None,  # filled in below
         "validation_text": f"the last {args.val_frac:.0%} (cut at a newline) of each .txt file in {args.data}",
         "train": {k: log[-1][k] for k in ("l0", "mse", "explained_variance", "dead_fraction")},
         "steps": trainer.n_steps,
@@ -115,7 +163,19 @@ def run(args: argparse.Namespace, argv: Sequence[str] | None = None) -> dict[str
         "train_seconds": round(seconds, 1),
         "command": command,
     }
-    write_atomic(Path(args.out) / "metrics.json", json.dumps(metrics, indent=2) + "\n")
+    write_atomic(out / "metrics.json", json.dumps(metrics, indent=2) + "\n")
+    try:
+        final = evaluate_sae(model, sae, val_tokens)
+    except (ValueError, TypeError, KeyError) as e:
+        raise ValueError(
+            f"train-sae: the trained SAE is saved in {out} (metrics.json without validation), but its "
+            f"evaluation failed: {e}"
+        ) from e
+    except Exception:  # a failure of another kind (out of memory ...): its traceback follows this line
+        print(f"train-sae: the trained SAE is saved in {out} (metrics.json without validation)", file=sys.stderr)
+        raise
+    metrics["validation"] = final
+    write_atomic(out / "metrics.json", json.dumps(metrics, indent=2) + "\n")
     print(json.dumps(final, indent=2))
     return metrics
 

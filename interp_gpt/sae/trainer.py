@@ -14,6 +14,7 @@ component along each row is removed before the Adam step and the rows are renorm
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -24,11 +25,23 @@ import torch.nn.functional as F
 from torch import Tensor
 from tqdm.auto import tqdm  # type: ignore[import-untyped]
 
-from ..checks import check_float, check_int_in_range
+from ..checks import check_float, check_int_in_range, check_tokens
 from .core import SAE
 from .evaluation import evaluate_sae, explained_variance
 
-__all__ = ["SAETrainingConfig", "SAETrainer"]
+__all__ = ["SAETrainingConfig", "SAETrainer", "NonFiniteTrainingError"]
+
+
+class NonFiniteTrainingError(ValueError):
+    """A training step met a NaN / inf batch or loss and stopped before it changed the weights.
+
+    `step` is the step refused (1 for the first); `last_good_step` the step the SAE's weights are from
+    now (its state after that step: kept, or rolled back to), None where no finite state was there to keep.
+    """
+
+    def __init__(self, message: str, step: int, last_good_step: int | None) -> None:
+        super().__init__(message)
+        self.step, self.last_good_step = step, last_good_step
 
 
 @dataclass
@@ -53,7 +66,62 @@ class SAETrainingConfig:
     log_every: int = 100
     eval_every: int = 0  # steps between CE-recovered evaluations on eval_tokens (0: only at the end)
     seed: int = 0
+    keep_last_good: bool = True  # keep a copy of the weights every log_every steps to roll back to on NaN
     history: list[dict[str, float]] = field(default_factory=list, repr=False)
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> None:
+        """Check every field by name (run at construction, and again by `SAETrainer`, so a field changed
+        in between is checked too): a negative warm-up would climb the loss, a negative decay or interval
+        would silently train at learning rate 0 or never log."""
+        where = "SAETrainingConfig"
+        self.lr = check_float(self.lr, "lr", 0.0, caller=where)
+        betas = self.adam_betas
+        if not isinstance(betas, (tuple, list)) or len(betas) != 2:
+            raise TypeError(f"{where}: adam_betas must be a pair of numbers (beta1, beta2), got {betas!r}")
+        self.adam_betas = (_check_fraction(betas[0], "adam_betas[0]"), _check_fraction(betas[1], "adam_betas[1]"))
+        for name, low in _INT_FIELDS.items():
+            setattr(self, name, check_int_in_range(getattr(self, name), name, low, None, caller=where))
+        self.seed = check_int_in_range(self.seed, "seed", 0, 2**63 - 1, caller=where)
+        for name in ("l1_coefficient", "aux_coefficient"):
+            setattr(self, name, _check_non_negative(getattr(self, name), name))
+        for name in ("normalize_decoder", "init_weights", "init_b_dec_to_mean", "keep_last_good"):
+            value = getattr(self, name)
+            if not isinstance(value, bool) and not (name == "normalize_decoder" and value is None):
+                none = " or None (the architecture's default)" if name == "normalize_decoder" else ""
+                raise TypeError(f"{where}: {name} must be True or False{none}, got {type(value).__name__} ({value!r})")
+        if not isinstance(self.history, list):
+            raise TypeError(f"{where}: history must be a list, got {type(self.history).__name__}")
+
+
+# The int fields and their least value (steps and intervals; 0 where 0 means "off").
+_INT_FIELDS = {
+    "lr_warm_up_steps": 0,
+    "lr_decay_steps": 0,
+    "l1_warm_up_steps": 0,
+    "dead_feature_window": 1,
+    "log_every": 1,
+    "eval_every": 0,
+}
+
+
+def _check_non_negative(value: Any, arg: str) -> float:
+    """A finite number >= 0 (a coefficient: 0 turns its term off)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"SAETrainingConfig: {arg} must be a number, got {type(value).__name__} ({value!r})")
+    if not math.isfinite(value) or value < 0:
+        raise ValueError(f"SAETrainingConfig: {arg}={value!r} is out of range: expected a finite number >= 0")
+    return float(value)
+
+
+def _check_fraction(value: Any, arg: str) -> float:
+    """An Adam beta: a number in [0, 1)."""
+    value = _check_non_negative(value, arg)
+    if value >= 1:
+        raise ValueError(f"SAETrainingConfig: {arg}={value!r} is out of range: expected a number >= 0 and < 1")
+    return value
 
 
 class SAETrainer:
@@ -83,18 +151,28 @@ class SAETrainer:
             raise TypeError(f"sae: expected an interp_gpt SAE, got {type(sae).__name__}")
         if sae.cfg.architecture not in ("standard", "topk"):
             raise ValueError(f"sae.cfg.architecture={sae.cfg.architecture!r}: the trainer trains 'standard' or 'topk'")
-        if sae.cfg.normalize_activations != "none" or sae.cfg.reshape_activations != "none":
-            raise ValueError("sae: train with normalize_activations='none' and reshape_activations='none'")
+        if sae.cfg.normalize_activations != "none":
+            raise ValueError(
+                f"sae.cfg.normalize_activations={sae.cfg.normalize_activations!r}: train with "
+                "normalize_activations='none'"
+            )
+        # reshape_activations="hook_z" only changes how the SAE reads a [..., n_heads, d_head] activation
+        # spliced into the model; the trainer sees the same rows flattened, [batch, n_heads * d_head].
         if sae.cfg.architecture == "topk" and sae.cfg.rescale_acts_by_decoder_norm:
             raise ValueError("sae: train TopK with rescale_acts_by_decoder_norm=False (the decoder is kept unit-norm)")
+        if cfg is not None and not isinstance(cfg, SAETrainingConfig):
+            raise TypeError(f"cfg: expected a SAETrainingConfig, got {type(cfg).__name__}")
         self.sae, self.cfg = sae, cfg or SAETrainingConfig()
+        self.cfg.validate()  # again: a field may have been changed since the config was built
         if (model is None) != (eval_tokens is None):
             raise ValueError("model and eval_tokens: pass both (for the CE loss recovered) or neither")
+        if model is not None and eval_tokens is not None:  # what the evaluations need, checked before step 1
+            eval_tokens = check_tokens(
+                eval_tokens, model.cfg.d_vocab, model.cfg.n_ctx, "eval_tokens", caller="SAETrainer"
+            )
+            evaluate_sae(model, sae, eval_tokens[:1])
         self.model, self.eval_tokens = model, eval_tokens
         c = self.cfg
-        check_float(c.lr, "cfg.lr", 0.0)
-        check_int_in_range(c.dead_feature_window, "cfg.dead_feature_window", 1, None)
-        check_int_in_range(c.log_every, "cfg.log_every", 1, None)
         self.topk = sae.cfg.architecture == "topk"
         self.normalize_decoder = self.topk if c.normalize_decoder is None else bool(c.normalize_decoder)
         self.optimizer = torch.optim.Adam(
@@ -106,6 +184,7 @@ class SAETrainer:
         self._initialised = False
         self._fired: Tensor | None = None  # the features the last `losses` fired
         self.log: list[dict[str, float]] = []
+        self.last_good: dict[str, Any] | None = None  # see `_keep_last_good`
 
     # ----- one step -----------------------------------------------------------------
     @torch.no_grad()
@@ -154,7 +233,7 @@ class SAETrainer:
             dead = self.steps_since_fired >= self.cfg.dead_feature_window
             n_dead = int(dead.sum())
             if n_dead:  # AuxK: only when some feature is dead
-                k_aux = sae.cfg.d_in // 2
+                k_aux = max(1, sae.cfg.d_in // 2)  # sae-lens' d_in // 2, at least one (d_in = 1)
                 scale = min(n_dead / k_aux, 1.0)
                 k_aux = min(k_aux, n_dead)
                 masked = torch.where(dead[None], hidden_pre, -torch.inf)
@@ -173,14 +252,27 @@ class SAETrainer:
         return f
 
     def step(self, x: Tensor) -> dict[str, Tensor]:
-        """One Adam step on the batch `x` `[n, d_in]`; returns the loss parts and the features."""
+        """One Adam step on the batch `x` `[n, d_in]`; returns the loss parts and the features.
+
+        Refused before the weights change: a batch of another shape (ValueError), and a batch holding
+        NaN / inf or a loss that is not finite (`NonFiniteTrainingError`, naming the step). On a diverged
+        loss the SAE is rolled back to its last good state (see `cfg.keep_last_good`)."""
         sae = self.sae
-        x = x.to(sae.device, sae.dtype)
+        step = self.n_steps + 1
+        x = self._check_batch(x, step)
         if not self._initialised and self.cfg.init_weights:
+            if not bool(torch.isfinite(x).all()):  # the initial b_dec is this batch's mean
+                self._refuse(x, step, None)
             self._initialise(x)
         for g in self.optimizer.param_groups:
             g["lr"] = self.cfg.lr * self._lr_factor()
         loss, parts = self.losses(x)
+        # One sync a step (TopK's dead count and the fired-feature update sync each step already). Any NaN
+        # or inf in the batch or the weights reaches the loss, so a finite loss lets the step go on.
+        if not bool(torch.isfinite(loss)):
+            self._refuse(x, step, loss)
+        if self.cfg.keep_last_good and self.n_steps % self.cfg.log_every == 0:
+            self._keep_last_good()
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         if self.normalize_decoder and sae.W_dec.grad is not None:
@@ -203,6 +295,83 @@ class SAETrainer:
     def dead_fraction(self) -> float:
         """The share of features that did not fire in the last `dead_feature_window` batches."""
         return float((self.steps_since_fired >= self.cfg.dead_feature_window).float().mean())
+
+    # ----- refusing bad batches and keeping the last good state ----------------------------
+    def _check_batch(self, x: Any, step: int) -> Tensor:
+        d_in = self.sae.cfg.d_in
+        want = f"expected [batch, d_in={d_in}] (rows of activations)"
+        if not isinstance(x, Tensor):
+            raise TypeError(f"SAETrainer: the batch of step {step} must be a tensor, {want}; got {type(x).__name__}")
+        if not x.is_floating_point():
+            raise TypeError(f"SAETrainer: the batch of step {step} has dtype {x.dtype}, {want} of floats")
+        if x.ndim != 2 or x.shape[1] != d_in or x.shape[0] == 0:
+            flat = f"; flatten [batch, pos, d_in] with x.reshape(-1, {d_in})" if x.ndim > 2 else ""
+            raise ValueError(f"SAETrainer: the batch of step {step} has shape {tuple(x.shape)}, {want}{flat}")
+        return x.to(self.sae.device, self.sae.dtype)
+
+    @torch.no_grad()
+    def _weights_finite(self) -> bool:
+        return all(bool(torch.isfinite(p).all()) for p in self.optimizer.param_groups[0]["params"])
+
+    @torch.no_grad()
+    def _keep_last_good(self) -> None:
+        """Copy the weights (verified by this step's finite loss) and the counters: the state to roll back to."""
+        if not self._weights_finite():
+            return
+        params = self.optimizer.param_groups[0]["params"]
+        if self.last_good is None:
+            self.last_good = {"params": [p.detach().clone() for p in params]}
+        else:
+            for kept, p in zip(self.last_good["params"], params, strict=True):
+                kept.copy_(p)
+        self.last_good.update(step=self.n_steps, tokens=self.n_tokens, steps_since_fired=self.steps_since_fired.clone())
+
+    @torch.no_grad()
+    def _roll_back(self) -> int | None:
+        """Put the last good state back (Adam's moments start again from zero); returns its step (0 for
+        untouched initial weights), or None where no good state was kept."""
+        if self.last_good is None:
+            return 0 if self.n_steps == 0 and self._weights_finite() else None
+        for kept, p in zip(self.last_good["params"], self.optimizer.param_groups[0]["params"], strict=True):
+            p.copy_(kept)
+        self.optimizer.state.clear()
+        self.n_steps, self.n_tokens = self.last_good["step"], self.last_good["tokens"]
+        self.steps_since_fired.copy_(self.last_good["steps_since_fired"])
+        self.log[:] = [e for e in self.log if e["step"] <= self.n_steps]
+        return self.n_steps
+
+    def _refuse(self, x: Tensor, step: int, loss: Tensor | None) -> None:
+        """Raise NonFiniteTrainingError for step `step`: a NaN / inf batch (the weights untouched),
+        or a non-finite loss on a finite batch (training diverged: roll back)."""
+        bad = ~torch.isfinite(x)
+        if bool(bad.any()):
+            row, col = bad.nonzero()[0].tolist()
+            last = self.n_steps if self._weights_finite() else self._roll_back()
+            raise NonFiniteTrainingError(
+                f"SAETrainer: the batch of step {step} holds {x[row, col].item()} at [row {row}, column {col}] "
+                f"({int(bad.sum())} of its {x.numel()} values are NaN or inf); refused before it changed the "
+                f"weights. {self._state_words(last)}",
+                step,
+                last,
+            )
+        last = self._roll_back()
+        raise NonFiniteTrainingError(
+            f"SAETrainer: the loss at step {step} is {float(loss.detach()) if loss is not None else 'nan'} on a finite "
+            f"batch: training diverged (lr={self.cfg.lr:g}; lower cfg.lr or add cfg.lr_warm_up_steps). "
+            f"{self._state_words(last)}",
+            step,
+            last,
+        )
+
+    def _state_words(self, last: int | None) -> str:
+        if last is None:
+            nan = ", which hold NaN or inf" if not self._weights_finite() else ""
+            return (
+                f"No good state was kept to roll back to (cfg.keep_last_good={self.cfg.keep_last_good}): "
+                f"the SAE holds its weights after step {self.n_steps}{nan}"
+            )
+        state = "initial weights" if last == 0 else f"state after step {last}"
+        return f"The SAE holds its {state}, the last good one"
 
     # ----- the loop -----------------------------------------------------------------
     def train(self, batches: Iterable[Tensor], n_steps: int, progress: bool = True) -> list[dict[str, float]]:
@@ -238,6 +407,14 @@ class SAETrainer:
                 bar.update(1)
         finally:
             bar.close()
+        if not self._weights_finite():  # the last step's update (the next loss would have shown it)
+            step, kept = self.n_steps, self._roll_back()
+            raise NonFiniteTrainingError(
+                f"SAETrainer: step {step} left NaN or inf in the weights: training diverged "
+                f"(lr={self.cfg.lr:g}; lower cfg.lr). {self._state_words(kept)}",
+                step,
+                kept,
+            )
         return self.log
 
     @torch.no_grad()

@@ -25,7 +25,7 @@ Metrics (`evaluate_sae`, and the training log), with sae-lens' definitions:
 The code lives in modules by job; this module keeps every name importable from one place:
   * `data.py`: split_corpus, token_windows, activation_batches, shipped_sae;
   * `evaluation.py`: explained_variance, evaluate_sae;
-  * `trainer.py`: SAETrainingConfig, SAETrainer (the losses);
+  * `trainer.py`: SAETrainingConfig, SAETrainer (the losses), NonFiniteTrainingError;
   * `train_command.py`: the command's options and run (add_arguments, run, run_command, main).
 """
 
@@ -39,11 +39,12 @@ from .train_command import add_arguments as add_arguments
 from .train_command import main
 from .train_command import run as run
 from .train_command import run_command as run_command
-from .trainer import SAETrainer, SAETrainingConfig
+from .trainer import NonFiniteTrainingError, SAETrainer, SAETrainingConfig
 
 __all__ = [
     "SAETrainingConfig",
     "SAETrainer",
+    "NonFiniteTrainingError",
     "evaluate_sae",
     "explained_variance",
     "split_corpus",
