@@ -299,6 +299,7 @@ def test_train_sae_with_a_misspelt_hook_is_one_line_with_a_suggestion_before_any
     def no_work(*args: Any, **kwargs: Any) -> Any:
         raise AssertionError("harvested or trained with a misspelt hook")
 
+    monkeypatch.setattr(train_command, "split_corpus", no_work)
     monkeypatch.setattr(train_command, "activation_batches", no_work)
     monkeypatch.setattr(SAETrainer, "train", no_work)
     code = cli_main(_argv(data_dir, tmp_path / "sae", "--hook", "blocks.1.hook_resid_pr"))
@@ -326,6 +327,7 @@ def test_train_sae_with_a_misspelt_hook_is_one_line_with_a_suggestion_before_any
         (["--context-size", "1"], "--context-size=1 is out of range"),
         (["--val-windows", "-1"], "--val-windows=-1 is out of range"),
         (["--threads", "-1"], "--threads=-1 is out of range"),
+        (["--val-frac", "0.9"], "--val-frac=0.9 is out of range"),
     ],
 )
 def test_train_sae_bad_options_are_one_line_before_the_model_loads(
@@ -352,6 +354,13 @@ def test_train_sae_with_out_a_file_is_refused(
     (tmp_path / "f").write_text("x")
     assert cli_main(_argv(data_dir, tmp_path / "f")) == 2
     assert f"--out={str(tmp_path / 'f')!r} is a file" in _one_line(capsys)
+
+
+def test_train_sae_with_a_context_longer_than_the_model_names_the_option(
+    data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert cli_main(_argv(data_dir, tmp_path / "sae", "--context-size", "2000")) == 2
+    assert "--context-size=2000 is out of range: contexts of tiny-gpt2 are 2..128" in _one_line(capsys)
 
 
 def test_train_sae_on_a_non_per_token_hook_is_refused_before_training(

@@ -21,7 +21,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ..checks import check_int_in_range
+from ..checks import check_float, check_int_in_range
 from .config import SAEConfig, SAEMetadata
 from .core import SAE
 from .data import activation_batches, split_corpus, token_windows
@@ -51,7 +51,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--log-every", type=int, default=100)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
-    p.add_argument("--out", required=True, help="folder for cfg.json, sae_weights.safetensors, metrics.json")
+    p.add_argument(
+        "--out",
+        required=True,
+        help="folder for cfg.json, sae_weights.safetensors, metrics.json (a run stopped by NaN or inf "
+        "saves its last good state in OUT/last_good)",
+    )
     p.add_argument("--no-progress", action="store_true")
 
 
@@ -61,6 +66,7 @@ def _check_args(args: argparse.Namespace) -> SAETrainingConfig:
         check_int_in_range(getattr(args, option), "--" + option.replace("_", "-"), low, None)
     for option in ("val_windows", "threads"):
         check_int_in_range(getattr(args, option), "--" + option.replace("_", "-"), 0, None)
+    check_float(args.val_frac, "--val-frac", 0.0, 0.5)
     if args.architecture == "topk" and args.k > args.d_sae:
         raise ValueError(f"--k={args.k} is out of range: a TopK SAE keeps 1..--d-sae={args.d_sae} features")
     out = Path(args.out)
@@ -84,13 +90,17 @@ def _check_args(args: argparse.Namespace) -> SAETrainingConfig:
         raise ValueError("--" + field.replace("_", "-") + msg[len(field) :] if field else msg) from None
 
 
-def _hook_width(model: Any, hook: str, tokens: Tensor) -> tuple[int, str]:
-    """(d_in, reshape_activations) of an SAE on `hook`: one vector per token, a per-head hook (q, k, v,
-    z: `[batch, pos, n_heads, d_head]`) read whole as sae-lens does (reshape_activations="hook_z")."""
+def _check_hook(model: Any, hook: str) -> None:
+    """The hook exists (else one line naming it, with the close names)."""
     try:
         model.hook_points([hook], arg="--hook")
     except KeyError as e:
         raise ValueError(f"--hook: {e.args[0]}") from None
+
+
+def _hook_width(model: Any, hook: str, tokens: Tensor) -> tuple[int, str]:
+    """(d_in, reshape_activations) of an SAE on `hook`: one vector per token, a per-head hook (q, k, v,
+    z: `[batch, pos, n_heads, d_head]`) read whole as sae-lens does (reshape_activations="hook_z")."""
     _, cache = model.run_with_cache(tokens[:1, :2], names_filter=[hook])
     act = cache[hook]
     if act.is_floating_point() and act.ndim == 3:
@@ -118,6 +128,8 @@ def run(args: argparse.Namespace, argv: Sequence[str] | None = None) -> dict[str
     torch.manual_seed(args.seed)
     model = from_pretrained(args.model)
     model.eval()
+    _check_hook(model, args.hook)
+    check_int_in_range(args.context_size, "--context-size", 2, model.cfg.n_ctx, f"contexts of {args.model}")
     train_texts, val_texts = split_corpus(args.data, args.val_frac)
     val_tokens = token_windows(model, val_texts, args.context_size, args.val_windows or None)
     d_in, reshape = _hook_width(model, args.hook, val_tokens)

@@ -10,6 +10,12 @@
 A feature is dead when it has not fired on any row of the last `dead_feature_window` batches.
 With `normalize_decoder` (the default for TopK) the decoder rows are kept at unit norm: the gradient's
 component along each row is removed before the Adam step and the rows are renormalised after it.
+
+Nothing NaN: each step checks its batch (`[batch, d_in]` floats) and that its loss is finite before the
+weights change. A NaN / inf batch is refused naming the step and the first bad value (the weights stay
+as they were); a non-finite loss on a finite batch (a diverged run) rolls the SAE back to its last good
+state, copied every `log_every` steps (`keep_last_good`); either raises `NonFiniteTrainingError` (a
+ValueError) naming the step and the step the SAE's weights now come from. Batches are never skipped.
 """
 
 from __future__ import annotations
