@@ -482,7 +482,7 @@ def _add_features(sub: Any) -> None:
 
 
 def _add_train_sae(sub: Any) -> None:
-    from .sae.training import add_arguments, run_command  # the options live beside the trainer
+    from .sae.train_command import add_arguments, run_command  # the options live beside the command
 
     p = _subcommand(
         sub,

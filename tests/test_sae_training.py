@@ -194,7 +194,7 @@ def test_bad_trainer_input_is_refused_by_name() -> None:
         SAETrainer(toy_sae("jumprelu"))
     with pytest.raises(TypeError, match="sae"):
         SAETrainer("not an sae")  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match="cfg.lr"):
+    with pytest.raises(ValueError, match=r"SAETrainingConfig: lr=-1\.0 is out of range"):
         SAETrainer(toy_sae("standard"), SAETrainingConfig(lr=-1.0))
     with pytest.raises(ValueError, match="n_steps"):
         SAETrainer(toy_sae("standard")).train(iter([]), n_steps=0)

@@ -1,0 +1,134 @@
+"""The data an SAE trains on: the train / validation split of a corpus, token windows, endless
+activation batches from the activation store, and the SAE shipped for tiny-gpt2.
+
+Example:
+    >>> train, val = split_corpus("data/corpus")
+    >>> x = next(activation_batches(model, "blocks.1.hook_resid_pre", train))   # [4096, d_model]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from ..checks import check_float
+from .core import SAE
+
+__all__ = ["split_corpus", "token_windows", "activation_batches", "SHIPPED_SAE_DIR", "shipped_sae"]
+
+
+SHIPPED_SAE_DIR = Path(__file__).resolve().parent.parent / "weights" / "tiny-gpt2-sae"
+
+
+def shipped_sae(device: str | torch.device = "cpu") -> SAE:
+    """The TopK SAE shipped for tiny-gpt2's `blocks.1.hook_resid_pre` (its metrics: metrics.json beside it).
+
+    Example:
+        >>> sae = shipped_sae()
+        >>> sae.cfg.hook_name
+        'blocks.1.hook_resid_pre'
+    """
+    return SAE.from_pretrained(SHIPPED_SAE_DIR, device=device)
+
+
+# ----------------------------------------------------------------------------
+# data: the train / validation split, token windows, activation batches
+# ----------------------------------------------------------------------------
+def split_corpus(data_dir: str | Path = "data/corpus", val_frac: float = 0.1) -> tuple[list[str], list[str]]:
+    """(train texts, validation texts): each .txt file of `data_dir` (sorted by name) read as the shipped
+    model's training script reads it (byte-order mark dropped, CRLF -> LF) and cut at the first newline
+    at or after `1 - val_frac` of its characters; the tail is validation. With the default 0.1 this is
+    about the tail the shipped model held out for its own validation (the last 10% of each corpus's tokens).
+
+    Example:
+        >>> train, val = split_corpus("data/corpus")
+        >>> len(train), len(val)
+        (2, 2)
+    """
+    val_frac = check_float(val_frac, "val_frac", 0.0, 0.5)
+    folder = Path(data_dir)
+    files = sorted(folder.glob("*.txt")) if folder.is_dir() else []
+    if not files:
+        raise FileNotFoundError(f"data_dir={str(data_dir)!r}: expected a folder holding .txt files")
+    train, val = [], []
+    for f in files:
+        text = f.read_text(encoding="utf-8").lstrip("\ufeff").replace("\r\n", "\n")
+        cut = text.find("\n", int(len(text) * (1 - val_frac)))
+        cut = len(text) if cut < 0 else cut + 1
+        train.append(text[:cut])
+        val.append(text[cut:])
+    return train, val
+
+
+def token_windows(model: Any, texts: Sequence[str], context_size: int = 128, max_windows: int | None = None) -> Tensor:
+    """The texts as token windows `[n, context_size]` (BOS first), cut as the activation store cuts them.
+
+    Example:
+        >>> token_windows(model, ["Some text ..."], context_size=16).shape
+        torch.Size([..., 16])
+    """
+    from ..store.text import TokenWindows
+
+    rows = []
+    for w in TokenWindows(model.tokenizer, list(texts), context_size, prepend_bos=True):
+        rows.append(w)
+        if max_windows is not None and len(rows) >= max_windows:
+            break
+    if not rows:
+        raise ValueError(f"texts: too short for one window of context_size={context_size} tokens")
+    return torch.stack(rows)
+
+
+def activation_batches(
+    model: Any,
+    hook: str,
+    texts: Sequence[str],
+    batch_size: int = 4096,
+    context_size: int = 128,
+    seed: int = 0,
+    device: str | torch.device = "cpu",
+    keep_in_memory: bool = True,
+) -> Iterator[Tensor]:
+    """Endless mixed batches `[batch_size, d_in]` of `hook`'s activations on `texts`, from the activation
+    store. The first pass over the data comes from the store; with `keep_in_memory` its rows are kept
+    (as float16 when the activations are float32) and later passes reshuffle them instead of running the
+    model again (a fresh, reseeded store per pass otherwise).
+
+    Example:
+        >>> x = next(activation_batches(model, "blocks.1.hook_resid_pre", texts))   # [4096, 128]
+    """
+    from ..store import ActivationStore
+
+    kept: list[Tensor] = []
+    epoch = 0
+    while True:
+        if epoch and keep_in_memory:
+            rows = torch.cat(kept) if len(kept) > 1 else kept[0]
+            kept = [rows]
+            order = torch.randperm(rows.shape[0], generator=torch.Generator().manual_seed(seed + epoch))
+            for i in range(0, rows.shape[0] - batch_size + 1, batch_size):
+                yield rows[order[i : i + batch_size]].to(device=device, dtype=torch.float32)
+        else:
+            store = ActivationStore(
+                model,
+                hook,
+                list(texts),
+                context_size=context_size,
+                batch_size=32,
+                out_batch_size=batch_size,
+                seed=seed + epoch,
+                device=device,
+            )
+            for x in store:
+                assert isinstance(x, Tensor)
+                if x.shape[0] == batch_size:
+                    if keep_in_memory and not epoch:
+                        kept.append(x.to("cpu", torch.float16 if x.dtype == torch.float32 else x.dtype))
+                    yield x
+            if not kept and keep_in_memory:
+                raise ValueError(f"texts: fewer than batch_size={batch_size} tokens of activations")
+        epoch += 1
