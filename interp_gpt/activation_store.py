@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from .checks import BAD_INPUT, error_line
 from .store import ActivationStore, MixingBuffer, TokenWindows, harvest, iter_shards, load_harvest
 
 __all__ = ["ActivationStore", "MixingBuffer", "TokenWindows", "harvest", "iter_shards", "load_harvest", "main"]
@@ -62,20 +63,17 @@ def run(args: argparse.Namespace) -> int:
         started = True
     try:
         model: Any = from_pretrained(args.model).to(device)
-        try:
-            store = ActivationStore(
-                model,
-                args.hook[0] if len(args.hook) == 1 else args.hook,
-                [Path(d) for d in args.data],
-                context_size=args.context_size,
-                batch_size=args.batch_size,
-                shuffle=not args.no_shuffle,
-                seed=args.seed,
-                dtype=args.dtype,
-                device="cpu",
-            )
-        except KeyError as e:  # an unknown hook: the command line reports ValueErrors as one line
-            raise ValueError(e.args[0] if e.args else str(e)) from None
+        store = ActivationStore(
+            model,
+            args.hook[0] if len(args.hook) == 1 else args.hook,
+            [Path(d) for d in args.data],
+            context_size=args.context_size,
+            batch_size=args.batch_size,
+            shuffle=not args.no_shuffle,
+            seed=args.seed,
+            dtype=args.dtype,
+            device="cpu",
+        )
         manifest = store.harvest(args.out, args.n_tokens, args.shard_tokens, progress=not args.no_progress)
         if store.rank == 0:
             print(
@@ -95,8 +93,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return run(args)
-    except (OSError, ValueError, TypeError) as e:
-        print(f"error: {' '.join(str(e).split())}", file=sys.stderr)
+    except BAD_INPUT as e:
+        print(f"error: {error_line(e)}", file=sys.stderr)
         return 2
 
 

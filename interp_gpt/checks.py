@@ -304,7 +304,7 @@ def cached_activation(cache: Any, name: str, caller: str | None = None) -> Tenso
 # ----------------------------------------------------------------------------
 # circuits (and attribution patching): a metric's gradient
 # ----------------------------------------------------------------------------
-__all__ += ["callable_name", "check_gradient_reached", "zero_gradient_error"]
+__all__ += ["callable_name", "check_gradient_reached", "gradient_reached", "zero_gradient_error"]
 
 
 def callable_name(fn: Any) -> str:
@@ -329,5 +329,25 @@ def check_gradient_reached(grads: Sequence[Tensor | None], arg: str, fn: Any, ca
     """Refuse a backward of the metric `fn` that gave no non-zero gradient at any of `grads`
     (`where` says what they are): a metric built from a step function (sign, round, floor, a
     comparison) keeps requires_grad but its gradient is 0 everywhere, so every attribution would be 0."""
-    if not any(g is not None and bool(g.ne(0).any()) for g in grads):
+    if not gradient_reached(grads):
         raise zero_gradient_error(arg, fn, caller, where)
+
+
+def gradient_reached(grads: Sequence[Tensor | None]) -> bool:
+    """Whether any of `grads` (from `torch.autograd.grad(..., allow_unused=True)`) is non-zero somewhere."""
+    return any(g is not None and bool(g.ne(0).any()) for g in grads)
+
+
+# ----------------------------------------------------------------------------
+# the command line: bad input as one line
+# ----------------------------------------------------------------------------
+__all__ += ["BAD_INPUT", "error_line"]
+
+# What a command reports as bad input (one line, exit status 2): a wrong value, type or name, a file.
+BAD_INPUT = (OSError, ValueError, TypeError, KeyError)
+
+
+def error_line(e: BaseException) -> str:
+    """`e`'s message on one line, as the command line prints it (a KeyError's unquoted: str() quotes it)."""
+    text = str(e.args[0]) if isinstance(e, KeyError) and e.args else str(e)
+    return " ".join(text.split())

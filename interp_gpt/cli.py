@@ -543,8 +543,10 @@ def main(argv: list[str] | None = None) -> int:
             )
             return 2
         raise
-    except (OSError, ValueError, TypeError) as e:
-        print(f"error: {' '.join(str(e).split())}", file=sys.stderr)  # one line, whatever the message
+    except (OSError, ValueError, TypeError, KeyError) as e:  # checks.BAD_INPUT (KeyError: a name not there)
+        from .checks import error_line  # here, not at the top: --help stays quick (no torch import)
+
+        print(f"error: {error_line(e)}", file=sys.stderr)  # one line, whatever the message
         return 2
 
 

@@ -42,3 +42,27 @@ def test_non_utf8_bytes_in_a_real_argv_give_one_line_and_status_2() -> None:
     err = done.stderr.decode("utf-8", "replace")
     assert done.returncode == 2, err
     assert err.count("\n") == 1 and "lone surrogate" in err and "Traceback" not in err
+
+
+def test_a_misspelt_hook_is_one_line_with_close_names_and_status_2(
+    capsys: pytest.CaptureFixture[str], tmp_path: os.PathLike[str]
+) -> None:
+    """A name the input gave that is not there (a KeyError inside) is one line like any bad value, its
+    message unquoted; the harvest's folder is not made."""
+    out = os.path.join(tmp_path, "acts")
+    code, err = _run(
+        capsys,
+        "harvest",
+        "--hook",
+        "blocks.1.hook_resid_pr",
+        "--data",
+        "data/corpus",
+        "--out",
+        out,
+        "--n-tokens",
+        "256",
+    )
+    assert code == 2, err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert err.startswith("error: hooks: no hook point named 'blocks.1.hook_resid_pr'; did you mean")
+    assert "'blocks.1.hook_resid_pre'" in err and not os.path.exists(out)

@@ -21,7 +21,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ..checks import check_float, check_int_in_range
+from ..checks import BAD_INPUT, check_float, check_int_in_range, error_line
 from .config import SAEConfig, SAEMetadata
 from .core import SAE
 from .data import activation_batches, split_corpus, token_windows
@@ -207,7 +207,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         run(args, argv)
-    except (OSError, ValueError, TypeError, KeyError) as e:
-        print(f"error: {' '.join(str(e).split())}", file=sys.stderr)
+    except BAD_INPUT as e:
+        print(f"error: {error_line(e)}", file=sys.stderr)
         return 2
     return 0
