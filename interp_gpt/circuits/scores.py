@@ -18,7 +18,7 @@ import torch
 from torch import Tensor
 from tqdm.auto import tqdm  # type: ignore[import-untyped]
 
-from ..checks import check_callable, check_int_in_range, zero_gradient_error
+from ..checks import check_callable, check_int_in_range, gradient_reached, zero_gradient_error
 from ..model import GPT
 from ..patching.generic import metric_value, user_hooked_points
 from ..patching.generic import warn_unbatched as _warn_unbatched
@@ -187,7 +187,7 @@ def _accumulate(
         ).sum()
         keys = list(kept)
         grads = torch.autograd.grad(total, [kept[k] for k in keys], allow_unused=True)
-    reached = any(g is not None and bool(g.ne(0).any()) for g in grads)
+    reached = gradient_reached(grads)
     with torch.no_grad():
         for key, g in zip(keys, grads, strict=True):
             if g is None:

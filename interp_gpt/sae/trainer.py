@@ -5,7 +5,7 @@
     term (the L1 of the feature activations weighted by the decoder rows' norms, so rescaling a decoder
     row cannot shrink the penalty), the coefficient warmed up linearly over `l1_warm_up_steps`;
   * "topk": `+ aux_coefficient * min(n_dead / k_aux, 1) * ||(x - x_hat) - W_dec^T topk_aux(f_dead)||^2`,
-    its TopKTrainingSAE's AuxK loss: the `k_aux = d_in // 2` largest pre-activations of the dead
+    its TopKTrainingSAE's AuxK loss: the `k_aux = max(1, d_in // 2)` largest pre-activations of the dead
     features reconstruct the residual the live ones leave.
 A feature is dead when it has not fired on any row of the last `dead_feature_window` batches.
 With `normalize_decoder` (the default for TopK) the decoder rows are kept at unit norm: the gradient's

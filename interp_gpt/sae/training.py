@@ -3,17 +3,7 @@
     python -m interp_gpt.sae.training --model tiny-gpt2 --hook blocks.1.hook_resid_pre \\
         --architecture topk --d-sae 1024 --k 32 --n-tokens 4000000 --out saes/resid1
 
-The losses are sae-lens 6's (its `TrainingSAE.training_forward_pass`):
-  * reconstruction: `mse = ((x_hat - x) ** 2).sum(-1).mean()` (summed over d_in, mean over rows);
-  * "standard" (ReLU): `+ l1_coefficient * (f * ||W_dec[i]||).sum(-1).mean()`, its StandardTrainingSAE
-    term (the L1 of the feature activations weighted by the decoder rows' norms, so rescaling a decoder
-    row cannot shrink the penalty), the coefficient warmed up linearly over `l1_warm_up_steps`;
-  * "topk": `+ aux_coefficient * min(n_dead / k_aux, 1) * ||(x - x_hat) - W_dec^T topk_aux(f_dead)||^2`,
-    its TopKTrainingSAE's AuxK loss: the `k_aux = d_in // 2` largest pre-activations of the dead
-    features reconstruct the residual the live ones leave.
-A feature is dead when it has not fired on any row of the last `dead_feature_window` batches.
-With `normalize_decoder` (the default for TopK) the decoder rows are kept at unit norm: the gradient's
-component along each row is removed before the Adam step and the rows are renormalised after it.
+The losses (sae-lens 6's) and the rule for NaN are in `trainer.py`'s docstring.
 
 Metrics (`evaluate_sae`, and the training log), with sae-lens' definitions:
   * L0: mean number of active features per token;
