@@ -277,12 +277,12 @@ class SplicingMixin:
 
     def _check_splice(self, sae: Any, use_error_term: Any, arg: str = "sae") -> tuple[str, str]:
         """(read, write) of `sae`, checked against this model, the splice's other arguments too."""
-        if not isinstance(sae, nn.Module) or not callable(getattr(sae, "splice_hooks", None)):
+        if not callable(getattr(sae, "splice_hooks", None)):
             raise TypeError(
                 f"{arg}: expected an interp_gpt.sae.SAE, got {type(sae).__name__} (or any module with "
                 "splice_hooks(model, arg) and splice_forward(x, hooked): see interp_gpt.splicing)"
             )
-        read, write = getattr(sae, "splice_hooks")(self, arg)  # noqa: B009  # an nn.Module's __getattr__ types it a Tensor
+        read, write = sae.splice_hooks(self, arg)
         for role, name in (("reads", read), ("writes", write)):
             if name not in self.hook_dict:
                 raise KeyError(f"{arg} {role} {name!r}: {self._unknown_hook_error(str(name)).args[0]}")
