@@ -31,7 +31,7 @@ from .generation import GenerationMixin, KVCache, rollback_on_error
 from .hooks import HookedGPT, HookPoint
 from .pretrained import PretrainedMixin
 from .processing_methods import ProcessingMixin
-from .sae.splice import SAESplicingMixin
+from .splicing import SplicingMixin
 from .stacked import StackedWeightsMixin
 from .text import TextMixin
 from .utils import lm_cross_entropy_loss
@@ -336,13 +336,11 @@ class Unembed(nn.Module):
 ReturnType = Literal["logits", "loss", "both", None]
 
 
-class GPT(
-    GenerationMixin, TextMixin, StackedWeightsMixin, PretrainedMixin, ProcessingMixin, SAESplicingMixin, HookedGPT
-):
+class GPT(GenerationMixin, TextMixin, StackedWeightsMixin, PretrainedMixin, ProcessingMixin, SplicingMixin, HookedGPT):
     """A GPT-2 with a hook point on every activation.
 
     This file holds the network; GPT's other methods (transformer-lens' names) come from the mixins'
-    modules: text, generation, stacked, pretrained, processing_methods, sae/splice and hooks.
+    modules: text, generation, stacked, pretrained, processing_methods, splicing and hooks.
 
     Example:
         >>> model = GPT.from_pretrained("gpt2")              # or a local folder / file

@@ -114,3 +114,23 @@ def test_the_circle_finder_finds_a_circle() -> None:
     assert _runtime_imports(source, "interp_gpt") == {"interp_gpt.config", "interp_gpt.config.Config"}
     lazy = "def f():\n    from ..model import GPT\n"
     assert _runtime_imports(lazy, "interp_gpt.plots") == {"interp_gpt.model", "interp_gpt.model.GPT"}
+
+
+FEATURE_PACKAGES = (
+    "sae", "store", "circuits", "patching", "plots", "attribution", "lenses", "causal", "steering",
+    "activation_store", "cli", "compare", "loading",
+)  # fmt: skip
+
+
+def test_the_model_and_the_hooks_layer_import_no_feature_package() -> None:
+    """The network and its hook machinery (hooks.py, splicing.py: splicing SAEs and transcoders) stand
+    below every feature package: nothing they import at run time, directly or not, is one of them."""
+    graph = _graph()
+    for root in ("interp_gpt.model", "interp_gpt.hooks", "interp_gpt.splicing"):
+        seen, todo = set(), [root]
+        while todo:
+            for m in graph[todo.pop()] - seen:
+                seen.add(m)
+                todo.append(m)
+        features = sorted(m for m in seen if m.split(".")[1] in FEATURE_PACKAGES)
+        assert not features, f"{root} reaches {features}"

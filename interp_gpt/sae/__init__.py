@@ -7,9 +7,9 @@ Example:
     ...     _, cache = model.run_with_cache("Hello")
     >>> cache["blocks.1.hook_resid_pre.hook_sae_acts_post"]
 
-model.py imports `splice` (GPT's SAE methods), so this package's __init__ runs while model.py loads:
-import here only modules below model.py. Anything built on the model (a trainer, dashboards) must be
-exported lazily (a module-level __getattr__), or importing interp_gpt fails with a circle.
+GPT's splicing methods (add_sae, saes, ...) come from interp_gpt.splicing, below the model; model.py
+imports nothing from this package. An `SAE` follows that module's protocol (`splice_hooks`,
+`splice_forward`), and so must anything else spliced in (a transcoder).
 """
 
 from .config import SAEConfig, SAEMetadata

@@ -6,7 +6,8 @@
 with act = ReLU ("standard"), ReLU of the k largest pre-activations ("topk"), or
 ReLU(h) * (h > threshold) ("jumprelu"). Each step passes through a hook point with sae-lens'
 name: `hook_sae_input`, `hook_sae_acts_pre`, `hook_sae_acts_post`, `hook_sae_recons`,
-`hook_sae_output` (and `hook_sae_error` when spliced with the error term, see splice.py).
+`hook_sae_output` (and `hook_sae_error` when spliced with the error term). `splice_hooks` and
+`splice_forward` are what the splicing mechanism (interp_gpt.splicing) asks of a module it splices in.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from torch import Tensor, nn
 
 from ..hooks import HookPoint
 from .config import SAEConfig, dtype_name, parse_dtype
+from .fit import fit_hook
 from .io import expected_shapes, find_release, read_sae_folder, write_sae_folder
 
 __all__ = ["SAE"]
@@ -171,6 +173,18 @@ class SAE(nn.Module):
         `model.add_sae(sae, use_error_term=True)`). Example: `x_hat = sae(x)`."""
         acts, state = self._encode(x)
         return self.hook_sae_output(self._decode(acts, state))
+
+    # ----- splicing (the protocol of interp_gpt.splicing) -------------------------
+    def splice_hooks(self, model: Any, arg: str = "sae") -> tuple[str, str]:
+        """(read, write): the SAE reads and replaces `cfg.metadata.hook_name`, once it fits `model`
+        (refused by name otherwise: see `check_sae_fits`)."""
+        name = fit_hook(model, self, arg)
+        return name, name
+
+    def splice_forward(self, x: Tensor, hooked: bool = True) -> Tensor:
+        """decode(encode(x)), not through `hook_sae_output` (the splice runs that, after the error term);
+        `hooked=False` past every hook point: the clean pass of the error term."""
+        return self._decode(*self._encode(x, hooked=hooked), hooked=hooked)
 
     # ----- the hook points --------------------------------------------------------
     def _hook_points(self) -> dict[str, HookPoint]:
