@@ -426,6 +426,8 @@ def check_transcoder_fits(model: Any, tc: Transcoder, caller: str, arg: str = "t
         if hook is None:
             continue
         if hook_dict and hook not in hook_dict:
-            raise KeyError(f"{where}: its hook {hook!r} is not one of the model's hook points")
+            unknown = getattr(model, "_unknown_hook_error", None)
+            why = unknown(hook).args[0] if callable(unknown) else f"no hook point named {hook!r}"
+            raise KeyError(f"{where}: cfg.metadata.{'hook_name' if field == 'd_in' else 'hook_name_out'}: {why}")
         if hook.split(".", 2)[-1] in _D_MODEL_HOOKS and width != cfg.d_model:
             raise ValueError(f"{where}: {field}={width} does not fit {hook!r}, which is d_model={cfg.d_model} wide")
