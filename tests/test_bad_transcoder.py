@@ -241,7 +241,7 @@ HOOKS_YAML = "feature_input_hook: ln2.hook_normalized\nfeature_output_hook: hook
             HOOKS_YAML + "model_kind: cross_layer_transcoder\n",
             {},
             CheckpointError,
-            r"model_kind='cross_layer_transcoder'",
+            r"model_kind=.cross_layer_transcoder.: load_transcoders reads per-layer sets .* load_clt",
         ),
         ("feature_output_hook: hook_mlp_out\n", {}, CheckpointError, r"feature_input_hook=None: expected a hook name"),
         (

@@ -1,5 +1,5 @@
 """Sparse autoencoders and transcoders: the `SAE` module in SAELens' format, splicing it into the
-model, and per-layer `Transcoder`s (sae-lens' and circuit-tracer's files).
+model, per-layer `Transcoder`s (sae-lens' and circuit-tracer's files) and `CrossLayerTranscoder`s.
 
 Example:
     >>> from interp_gpt.sae import SAE
@@ -16,6 +16,7 @@ import here only modules below model.py. Anything built on the model (a trainer,
 exported lazily (a module-level __getattr__), or importing interp_gpt fails with a circle.
 """
 
+from .clt import CLTConfig, CrossLayerTranscoder, load_clt, save_clt
 from .config import SAEConfig, SAEMetadata
 from .core import SAE
 from .io import KNOWN_RELEASES
@@ -32,4 +33,8 @@ __all__ = [
     "load_transcoders",
     "save_transcoders",
     "check_transcoder_fits",
+    "CrossLayerTranscoder",
+    "CLTConfig",
+    "load_clt",
+    "save_clt",
 ]

@@ -41,6 +41,21 @@ _HOOK_NAMES = (
 )
 
 
+def activate(pre: Tensor, cfg: Any, threshold: Tensor | None = None) -> Tensor:
+    """A transcoder's activation of its pre-activations `pre` (cfg: architecture, k, nonnegative_acts)."""
+    arch = cfg.architecture
+    if arch == "relu":
+        return torch.relu(pre)
+    if arch == "jumprelu":
+        assert threshold is not None
+        kept = pre.relu() if cfg.nonnegative_acts else pre
+        return kept * (pre > threshold).to(pre.dtype)
+    # topk: the k largest pre-activations as they are (or ReLU'd), the rest 0
+    values, indices = torch.topk(pre, k=cfg.k, dim=-1, sorted=False)
+    values = values.relu() if cfg.nonnegative_acts else values
+    return torch.zeros_like(pre).scatter_(-1, indices, values)
+
+
 class Transcoder(nn.Module):
     """A per-layer transcoder: sae-lens' Transcoder / SkipTranscoder / JumpReLU(Skip)Transcoder, and
     circuit-tracer's SingleLayerTranscoder (ReLU, JumpReLU, TopK, skip), in one class.
@@ -161,18 +176,8 @@ class Transcoder(nn.Module):
         hp = _hooks_of(self) if hooked else _NO_HOOKS
         x = hp["hook_sae_input"](x.to(self.dtype))
         pre = hp["hook_sae_acts_pre"](x @ self.W_enc + self.b_enc)
-        arch = self.cfg.architecture
-        if arch == "relu":
-            acts = torch.relu(pre)
-        elif arch == "jumprelu":
-            kept = pre.relu() if self.cfg.nonnegative_acts else pre
-            acts = kept * (pre > self.threshold).to(pre.dtype)
-        else:  # topk: the k largest pre-activations as they are (or ReLU'd), the rest 0
-            assert self.cfg.k is not None
-            values, indices = torch.topk(pre, k=self.cfg.k, dim=-1, sorted=False)
-            values = values.relu() if self.cfg.nonnegative_acts else values
-            acts = torch.zeros_like(pre).scatter_(-1, indices, values)
-        return hp["hook_sae_acts_post"](acts), x
+        threshold = self.threshold if self.cfg.architecture == "jumprelu" else None
+        return hp["hook_sae_acts_post"](activate(pre, self.cfg, threshold)), x
 
     def _decode(self, acts: Tensor, x: Tensor | None, hooked: bool = True) -> Tensor:
         out = acts.to(self.dtype) @ self.W_dec + self.b_dec

@@ -269,7 +269,8 @@ def read_circuit_tracer(path: Path, device: str | torch.device = "cpu") -> list[
     kind = config.get("model_kind", "transcoder_set")
     if kind != "transcoder_set":
         raise CheckpointError(
-            f"{cfg_path}: model_kind={kind!r}: only per-layer transcoder sets ('transcoder_set') are read so far"
+            f"{cfg_path}: model_kind={kind!r}: load_transcoders reads per-layer sets ('transcoder_set'); "
+            "load a cross-layer transcoder with load_clt"
         )
     rel_in = _ct_hook(config.get("feature_input_hook"), "feature_input_hook", cfg_path)
     rel_out = _ct_hook(config.get("feature_output_hook"), "feature_output_hook", cfg_path)
