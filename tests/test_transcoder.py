@@ -205,6 +205,7 @@ def test_save_model_and_from_pretrained(tmp_path: Path) -> None:
     assert cfg["metadata"]["hook_name_out"] == "blocks.1.hook_mlp_out" and cfg["d_out"] == D_OUT
     same(tc, Transcoder.from_pretrained(tmp_path / "one"))
     assert Transcoder.from_pretrained(tmp_path / "one", dtype="float32").dtype == torch.float32
+    assert Transcoder(cfg).cfg.architecture == "jumprelu" and Transcoder(cfg).cfg.skip  # a cfg.json's dict
 
 
 def test_the_saelens_layout_on_disk(tmp_path: Path) -> None:
@@ -395,3 +396,39 @@ def test_a_crash_between_renames_puts_the_old_set_back(tmp_path: Path) -> None:
     with pytest.raises(OSError, match="cut"):
         transcoder_io._swap_in(tmp, tmp_path / "s", rename=rename)
     same(old[0], load_transcoders(tmp_path / "s")[0])
+
+
+def test_the_class_docstring_examples_run() -> None:
+    """The examples on tiny-gpt2's shapes in TranscoderConfig, Transcoder, CLTConfig and
+    CrossLayerTranscoder run as written."""
+    import doctest
+
+    from interp_gpt.sae import CLTConfig, CrossLayerTranscoder
+
+    names = dict(torch=torch, Transcoder=Transcoder, TranscoderConfig=TranscoderConfig, CLTConfig=CLTConfig)
+    names["CrossLayerTranscoder"] = CrossLayerTranscoder
+    runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
+    for obj in (TranscoderConfig, Transcoder, CLTConfig, CrossLayerTranscoder):
+        for test in doctest.DocTestFinder(recurse=False).find(obj, globs=dict(names)):
+            assert test.examples, obj
+            runner.run(test)
+    assert runner.failures == 0 and runner.tries >= 10
+
+
+def test_a_set_for_tiny_gpt2_loads_against_it_and_reads_its_activations(tmp_path: Path) -> None:
+    from interp_gpt import GPT
+
+    model = GPT.from_pretrained("tiny-gpt2")
+    tcs = []
+    for layer in range(model.cfg.n_layers):
+        cfg = TranscoderConfig(
+            d_in=128, d_sae=256, d_out=128, architecture="topk", k=8, skip=True, nonnegative_acts=False,
+            metadata={**meta(layer), "model_name": "tiny-gpt2"},
+        )  # fmt: skip
+        tcs.append(Transcoder(cfg))
+    save_transcoders(tcs, tmp_path / "tiny", format="circuit-tracer")
+    back = load_transcoders(tmp_path / "tiny", model)
+    _, cache = model.run_with_cache(torch.tensor([[1, 2, 3, 4]]))
+    for tc in back:
+        out = tc(cache[tc.input_hook])
+        assert out.shape == cache[tc.output_hook].shape == (1, 4, 128)

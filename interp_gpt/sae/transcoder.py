@@ -26,7 +26,7 @@ from torch import Tensor, nn
 
 from ..hooks import HookPoint
 from .config import dtype_name, parse_dtype
-from .transcoder_config import TranscoderConfig, transcoder_shapes
+from .transcoder_config import SAELENS_ARCHITECTURES, TranscoderConfig, transcoder_shapes
 from .transcoder_io import FORMATS, cast_state, read_transcoder_files, write_saelens_folder, write_transcoder_set
 
 __all__ = ["Transcoder", "load_transcoders", "save_transcoders", "check_transcoder_fits"]
@@ -73,8 +73,9 @@ class Transcoder(nn.Module):
 
     def __init__(self, cfg: TranscoderConfig | dict[str, Any]):
         super().__init__()
-        if isinstance(cfg, dict):
-            cfg = TranscoderConfig(**cfg)
+        if isinstance(cfg, dict):  # a sae-lens cfg.json's contents, or the fields by name
+            saelens = cfg.get("architecture") in SAELENS_ARCHITECTURES
+            cfg = TranscoderConfig.from_dict(cfg) if saelens else TranscoderConfig(**cfg)
         if not isinstance(cfg, TranscoderConfig):
             raise TypeError(f"cfg: expected a TranscoderConfig (or its fields as a dict), got {type(cfg).__name__}")
         self.cfg = cfg
