@@ -406,7 +406,9 @@ _D_MODEL_HOOKS = (
 )
 
 
-def check_transcoder_fits(model: Any, tc: Transcoder, caller: str, arg: str = "transcoder") -> None:
+def check_transcoder_fits(
+    model: Any, tc: Transcoder, caller: str = "check_transcoder_fits", arg: str = "transcoder"
+) -> None:
     """Refuse, by name, a transcoder that cannot run on `model`: another model's (metadata.model_name),
     a layer it lacks, a hook it lacks (KeyError), widths other than its hooks'."""
     from ..sources import hub_id
