@@ -1,4 +1,5 @@
-"""Sparse autoencoders: the `SAE` module in SAELens' format, and splicing them into the model.
+"""Sparse autoencoders and transcoders: the `SAE` module in SAELens' format, splicing it into the
+model, per-layer `Transcoder`s (sae-lens' and circuit-tracer's files) and `CrossLayerTranscoder`s.
 
 Example:
     >>> from interp_gpt.sae import SAE
@@ -6,14 +7,34 @@ Example:
     >>> with model.saes([sae], use_error_term=True):
     ...     _, cache = model.run_with_cache("Hello")
     >>> cache["blocks.1.hook_resid_pre.hook_sae_acts_post"]
+    >>> from interp_gpt.sae import load_transcoders, save_transcoders
+    >>> tcs = load_transcoders("path/to/transcoders")       # sae-lens folders or circuit-tracer's config.yaml
+    >>> save_transcoders(tcs, "copy", format="circuit-tracer")
 
 GPT's splicing methods (add_sae, saes, ...) come from interp_gpt.splicing, below the model; model.py
 imports nothing from this package. An `SAE` follows that module's protocol (`splice_hooks`,
 `splice_forward`), and so must anything else spliced in (a transcoder).
 """
 
+from .clt import CLTConfig, CrossLayerTranscoder, load_clt, save_clt
 from .config import SAEConfig, SAEMetadata
 from .core import SAE
 from .io import KNOWN_RELEASES
+from .transcoder import Transcoder, check_transcoder_fits, load_transcoders, save_transcoders
+from .transcoder_config import TranscoderConfig
 
-__all__ = ["SAE", "SAEConfig", "SAEMetadata", "KNOWN_RELEASES"]
+__all__ = [
+    "SAE",
+    "SAEConfig",
+    "SAEMetadata",
+    "KNOWN_RELEASES",
+    "Transcoder",
+    "TranscoderConfig",
+    "load_transcoders",
+    "save_transcoders",
+    "check_transcoder_fits",
+    "CrossLayerTranscoder",
+    "CLTConfig",
+    "load_clt",
+    "save_clt",
+]
