@@ -432,3 +432,68 @@ def test_a_set_for_tiny_gpt2_loads_against_it_and_reads_its_activations(tmp_path
     for tc in back:
         out = tc(cache[tc.input_hook])
         assert out.shape == cache[tc.output_hook].shape == (1, 4, 128)
+
+
+def _tiny_set(model, hook_in: str = "ln2.hook_normalized", skip: bool = True) -> list[Transcoder]:
+    tcs = []
+    for layer in range(model.cfg.n_layers):
+        cfg = TranscoderConfig(
+            d_in=128, d_sae=256, d_out=128, architecture="topk", k=8, skip=skip, nonnegative_acts=False,
+            metadata={**meta(layer, hook_in), "model_name": "tiny-gpt2"},
+        )  # fmt: skip
+        tc = Transcoder(cfg)
+        tc.init_weights(seed=layer)
+        with torch.no_grad():
+            tc.b_dec.normal_(generator=torch.Generator().manual_seed(10 + layer))
+            if skip:
+                tc.W_skip.normal_(generator=torch.Generator().manual_seed(20 + layer)).mul_(0.05)
+        tcs.append(tc)
+    return tcs
+
+
+@pytest.mark.parametrize("hook_in", ["ln2.hook_normalized", "hook_resid_mid"])
+def test_spliced_transcoders_replace_the_mlps_as_plain_hooks_would(hook_in: str) -> None:
+    """Without the error term each MLP's output is the transcoder's prediction from that pass's own
+    input (checked against plain hooks: read the input, overwrite hook_mlp_out); with it, the model's
+    own output (to rounding: a watched ln2.hook_normalized leaves LayerNorm's fused path)."""
+    from interp_gpt import GPT
+
+    model = GPT.from_pretrained("tiny-gpt2")
+    tcs = _tiny_set(model, hook_in)
+    tokens = torch.tensor([[5, 17, 300, 42, 9, 1000], [7, 7, 8, 120, 64, 3]])
+    plain = model(tokens)
+    seen: dict[str, torch.Tensor] = {}
+
+    def read(x: torch.Tensor, hook) -> None:
+        seen[hook.name] = x
+
+    def write(tc: Transcoder):
+        return lambda out, hook: tc(seen[tc.input_hook])
+
+    hooks = [(tc.input_hook, read) for tc in tcs] + [(tc.output_hook, write(tc)) for tc in tcs]
+    want = model.run_with_hooks(tokens, fwd_hooks=hooks)
+    assert not torch.allclose(want, plain, atol=1e-3)  # the transcoders do change the model
+    with model.transcoders(tcs):
+        got, cache = model.run_with_cache(tokens)
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+    feats = cache["blocks.1.hook_mlp_out.hook_sae_acts_post"]
+    assert feats.shape == (2, 6, 256) and int((feats != 0).sum(-1).max()) <= 8
+    with model.transcoders(tcs, use_error_term=True):
+        torch.testing.assert_close(model(tokens), plain, atol=1e-5, rtol=1e-5)
+    assert model.acts_to_saes == {} and torch.equal(model(tokens), plain)
+
+
+def test_a_transcoder_for_another_model_or_a_missing_layer_is_refused_when_spliced() -> None:
+    from interp_gpt import GPT
+
+    model = GPT.from_pretrained("tiny-gpt2")
+    other = make("relu", False, layer=0, model_name="gpt2")
+    with pytest.raises(ValueError, match=r"is for 'gpt2' .* but the model is 'tiny-gpt2'"):
+        with model.transcoders([other]):
+            pass
+    deep = _tiny_set(model)[0]
+    deep.cfg.metadata.update(hook_name="blocks.5.ln2.hook_normalized", hook_name_out="blocks.5.hook_mlp_out")
+    with pytest.raises(ValueError, match=r"layer 5 does not exist: the model's layers are 0..1"):
+        with model.transcoders([deep]):
+            pass
+    assert model.acts_to_saes == {}

@@ -223,6 +223,24 @@ class Transcoder(nn.Module):
         acts, x_in = self._encode(self._check_input(x, "x", "Transcoder.forward"))
         return self.hook_sae_output(self._decode(acts, x_in))
 
+    # ----- splicing (interp_gpt.splicing's protocol: `with model.transcoders([...])`) -----------
+    def splice_hooks(self, model: Any, arg: str = "transcoder") -> tuple[str, str]:
+        """(read, write): the hook it reads (`blocks.L.ln2.hook_normalized` or `blocks.L.hook_resid_mid`)
+        and the one it replaces (`blocks.L.hook_mlp_out`), once it fits `model` (`check_transcoder_fits`)."""
+        check_transcoder_fits(model, self, caller="splice", arg=arg)
+        if self.input_hook is None or self.output_hook is None:
+            raise ValueError(
+                f"{arg}: cfg.metadata.hook_name (the input) and hook_name_out (the output) must both be set to splice "
+                f"it, got {self.input_hook!r} and {self.output_hook!r}"
+            )
+        return self.input_hook, self.output_hook
+
+    def splice_forward(self, x: Tensor, hooked: bool = True) -> Tensor:
+        """The prediction from the read hook's `x`, not through `hook_sae_output` (the splice runs that,
+        after the error term); `hooked=False` past every hook point: the error term's clean pass."""
+        acts, x_in = self._encode(x, hooked=hooked)
+        return self._decode(acts, x_in, hooked=hooked)
+
     # ----- the hook points --------------------------------------------------------------------
     def reset_hooks(self, including_permanent: bool = False) -> None:
         """Remove the functions attached to its own hook points."""
