@@ -60,12 +60,12 @@ def tol(dtype: torch.dtype) -> float:
     return 1e-6 if dtype == torch.float32 else 1e-12
 
 
-def assert_near(mine: torch.Tensor, ref: torch.Tensor) -> None:
-    """Equal to `tol` relative to the reference's scale (elementwise relative error is meaningless
-    for sums that cancel to ~0)."""
+def assert_near(mine: torch.Tensor, ref: torch.Tensor, rel: float | None = None) -> None:
+    """Equal to `rel` (default `tol`) relative to the reference's scale (elementwise relative error is
+    meaningless for sums that cancel to ~0)."""
     assert mine.shape == ref.shape and mine.dtype == ref.dtype
     scale = float(ref.abs().max()) or 1.0
-    torch.testing.assert_close(mine, ref, rtol=0, atol=tol(ref.dtype) * scale)
+    torch.testing.assert_close(mine, ref, rtol=0, atol=(rel or tol(ref.dtype)) * scale)
 
 
 def assert_same(mine: torch.Tensor, ref: torch.Tensor) -> None:
@@ -405,3 +405,107 @@ def test_our_clt_circuit_tracer_cannot_compute_is_refused_there(tmp_path: Path, 
     back = load_clt(tmp_path / "ours")
     xs = inputs(6, torch.float32, 0, shape=(2, 5))
     assert_same(back(xs), clt(xs))
+
+
+# ----------------------------------------------------------------------------------------------
+# The replacement model on a random GPT-2 (raw weights)
+# ----------------------------------------------------------------------------------------------
+def their_replacement_model(hf_model, tset: TranscoderSet):  # type: ignore[no-untyped-def]
+    """circuit-tracer's TransformerLensReplacementModel on `hf_model`'s raw weights (no fold_ln, no
+    centring, as its own from_pretrained loads them), built offline from a HookedTransformerConfig."""
+    from circuit_tracer.replacement_model.replacement_model_transformerlens import TransformerLensReplacementModel
+    from transformer_lens import HookedTransformerConfig
+    from transformer_lens.pretrained.weight_conversions import convert_gpt2_weights
+
+    c = hf_model.config
+    cfg = HookedTransformerConfig(
+        n_layers=c.n_layer,
+        d_model=c.n_embd,
+        d_head=c.n_embd // c.n_head,
+        n_heads=c.n_head,
+        d_mlp=c.n_inner or 4 * c.n_embd,
+        d_vocab=c.vocab_size,
+        n_ctx=c.n_positions,
+        act_fn=c.activation_function,
+        normalization_type="LN",
+        eps=c.layer_norm_epsilon,
+        positional_embedding_type="standard",
+        original_architecture="GPT2LMHeadModel",
+        device="cpu",
+        dtype=torch.float32,
+    )
+    state = convert_gpt2_weights(hf_model, cfg)
+    model = TransformerLensReplacementModel.from_config(cfg, tset)
+    # its replacement wraps each MLP and the unembedding: blocks.L.mlp.old_mlp.W_in, unembed.old_unembed.W_U
+    own = model.state_dict()
+    renamed = {}
+    for key, v in state.items():
+        for a, b in (("", ""), (".mlp.", ".mlp.old_mlp."), ("unembed.", "unembed.old_unembed.")):
+            if key.replace(a, b, 1) in own:
+                renamed[key.replace(a, b, 1)] = v
+                break
+        else:
+            raise AssertionError(f"{key} has no place in circuit-tracer's model")
+    renamed.setdefault("unembed.old_unembed.b_U", torch.zeros(c.vocab_size))  # GPT-2 has no unembedding bias
+    missing = model.load_state_dict(renamed, strict=False).missing_keys
+    assert all(m.startswith("transcoders.") or m.endswith((".mask", ".IGNORE")) for m in missing), missing
+    return model.eval()
+
+
+@pytest.mark.parametrize(
+    ("in_hook", "kind", "skip"), [("ln2.hook_normalized", "jumprelu", True), ("hook_resid_mid", "topk", False)]
+)
+def test_replacement_model_equals_our_splice_with_the_error_term(
+    hf_model, hf_checkpoint_dir: Path, in_hook: str, kind: str, skip: bool
+) -> None:  # type: ignore[no-untyped-def]
+    """circuit-tracer's replacement model runs the real MLPs: its transcoders are read, not spliced into
+    the forward pass (attention patterns and LayerNorm scales are frozen for its gradients only). By its
+    definitions (replacement_model_transformerlens.py, setup_attribution / get_activations) the logits are
+    the model's, the features are the transcoders' readings of the real MLP inputs, and the error is
+    `hook_mlp_out` minus the reconstruction (b_dec and skip included); position 0 (its BOS) has its
+    features and errors zeroed. That is our `with model.transcoders(tcs, use_error_term=True)` on the same
+    raw weights: the logits, `hook_sae_acts_post` and `hook_sae_error` are compared at positions >= 1,
+    and position 0 is zero on its side by definition. (Without the error term there is nothing of its
+    to compare: it never replaces an MLP's output in a forward pass.)"""
+    from interp_gpt import GPT
+
+    d, f, k = hf_model.config.n_embd, 96, 8
+    n = hf_model.config.n_layer
+    acts_fn = {"jumprelu": lambda: JumpReLU(torch.randn(f, generator=g) * 0.5, 0.1), "topk": lambda: TopK(k)}[kind]
+    g = torch.Generator().manual_seed(5)
+    plts = {}
+    for layer in range(n):
+        t = SingleLayerTranscoder(d, f, acts_fn(), layer, skip_connection=skip, device=CPU, dtype=torch.float32)
+        with torch.no_grad():
+            for name in ("W_enc", "W_dec", "b_enc", "b_dec", "W_skip"):
+                p = getattr(t, name)
+                if p is not None:
+                    p.copy_(torch.randn(p.shape, generator=g) * 0.2)
+        plts[layer] = t
+    tset = TranscoderSet(plts, feature_input_hook=in_hook, feature_output_hook=OUT_HOOK, scan="test-scan")
+    mine = []
+    for layer in range(n):
+        tc = ours_from(plts[layer], kind, k, layer=layer)
+        tc.cfg.metadata["hook_name"] = f"blocks.{layer}.{in_hook}"
+        mine.append(tc)
+    theirs = their_replacement_model(hf_model, tset)
+    model = GPT.from_pretrained_no_processing(str(hf_checkpoint_dir))
+    tokens = torch.tensor([[3, 17, 42, 9, 88, 5, 61, 0, 23]])
+
+    with torch.no_grad():
+        ref_logits = theirs(tokens)
+        _, ref_acts = theirs.get_activations(tokens)  # [n_layers, pos, d_sae], position 0 zeroed
+        ctx = theirs.setup_attribution(tokens[0])  # error_vectors [n_layers, pos, d_model], position 0 zeroed
+        with model.transcoders(mine, use_error_term=True):
+            logits, cache = model.run_with_cache(tokens)
+    # two implementations of the whole forward pass (theirs transformer-lens 3's): float32 rounding apart
+    assert_near(logits, ref_logits, rel=1e-5)
+    # the error term gives back the model's own output (cached too: every hook watched, no fused kernel)
+    assert_same(logits, model.run_with_cache(tokens)[0])
+    for layer in range(n):
+        name = f"blocks.{layer}.{OUT_HOOK}"
+        acts, err = cache[f"{name}.hook_sae_acts_post"][0], cache[f"{name}.hook_sae_error"][0]
+        assert_near(acts[1:], ref_acts[layer, 1:], rel=1e-5)
+        assert 0 < (ref_acts[layer, 1:] != 0).float().mean() < 1
+        assert bool((ref_acts[layer, 0] == 0).all()) and bool((ctx.error_vectors[layer, 0] == 0).all())
+        assert_near(err[1:], ctx.error_vectors[layer, 1:], rel=1e-5)
