@@ -257,6 +257,29 @@ def test_our_topk_set_is_refused_by_circuit_tracer_not_misread(tmp_path: Path) -
         assert_same(b(x), a(x))
 
 
+def test_two_widths_load_there_lazily_and_are_refused_eagerly(tmp_path: Path) -> None:
+    """circuit-tracer's SingleLayerTranscoder has one width, d_model (read from b_dec): a transcoder with
+    d_in != d_out loads through its default lazy encoder and computes our numbers; its eager load stops
+    with a shape error. Never other numbers."""
+    tc = Transcoder(
+        TranscoderConfig(
+            d_in=6,
+            d_sae=10,
+            d_out=4,
+            metadata={"hook_name": f"blocks.0.{IN_HOOK}", "hook_name_out": f"blocks.0.{OUT_HOOK}"},
+        )
+    )
+    with torch.no_grad():
+        for p in tc.parameters():
+            p.copy_(torch.randn(p.shape, generator=torch.Generator().manual_seed(p.numel())))
+    save_transcoders(tc, tmp_path / "set", format="circuit-tracer")
+    paths = {0: str(tmp_path / "set" / "layer_0.safetensors")}
+    lazy = load_transcoder_set(paths, "s", IN_HOOK, OUT_HOOK, device=CPU)  # lazy encoder and decoder: its default
+    assert_plt_numbers(tc, lazy[0], inputs(6, torch.float32, 0), "relu")
+    with pytest.raises(RuntimeError, match="size mismatch for W_enc"):
+        load_transcoders_from_cache("set", cache_dir=tmp_path, device=CPU)  # eager encoder: its cache's default
+
+
 # ----------------------------------------------------------------------------------------------
 # Cross-layer transcoders
 # ----------------------------------------------------------------------------------------------
