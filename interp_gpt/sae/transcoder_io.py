@@ -19,7 +19,10 @@ and `transcoder/single_layer_transcoder.py`): a folder with `config.yaml`
 
 and one safetensors file per layer holding W_enc [d_sae, d_in] (its F.linear layout, transposed
 here), W_dec [d_sae, d_out], b_enc, b_dec, optional W_skip [d_out, d_in] and
-`activation_function.threshold` [d_sae] (optional `k`, a 0-d tensor its TopK writes). Its JumpReLU
+`activation_function.threshold` [d_sae]. circuit-tracer 0.5.0 has TopK in memory only: its loader
+ignores `activation` / `k` and builds a ReLU from such a file, so a TopK layer file also holds `k`, a
+0-d tensor (as circuit-tracer's later TopK writer stores it), which 0.5.0's strict load_state_dict
+refuses rather than misreading. Its JumpReLU
 is `h * (h > threshold)` and its TopK keeps the k largest values as they are: no ReLU
 (`nonnegative_acts=False`). Its older list of `{id, layer, filepath}` entries reads too; `activation_function`
 reads as a synonym of `activation`. Hub paths (hf://...) are not fetched: download them first.
@@ -469,6 +472,8 @@ def _write_into(folder: Path, items: list[Item], format: str, config: dict[str, 
         out["W_enc"] = state["W_enc"].T  # sae-lens' [d_in, d_sae] -> circuit-tracer's [d_sae, d_in]
         if "threshold" in state:
             out[_CT_THRESHOLD] = state["threshold"]
+        if cfg.architecture == "topk":  # circuit-tracer 0.5.0 refuses the file rather than reading a ReLU
+            out["k"] = torch.tensor(cfg.k, dtype=torch.int64)
         _save_safetensors(folder / f"layer_{cfg.layer}.safetensors", out, {})
     with atomic_path(folder / CT_CONFIG_FILENAME) as t:  # written last: circuit-tracer's "complete" mark
         t.write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
