@@ -22,10 +22,10 @@ from interp_gpt.sae import (
     TranscoderConfig,
     load_clt,
     load_transcoders,
+    model_processing,
     save_clt,
     save_transcoders,
 )
-from interp_gpt.sae.transcoder_processing import model_processing
 
 TOKENS = torch.tensor([[5, 17, 3, 42, 9, 61, 2], [7, 7, 8, 12, 64, 3, 99]])
 RAW = {"fold_ln": False, "center_writing_weights": False}
@@ -118,6 +118,9 @@ def test_a_processed_model_records_the_layer_norm_weights_fold_ln_took(tiny_pair
     assert model_processing(raw, 1) == RAW and model_processing(processed, 1) == PROCESSED
     half = GPT.from_pretrained("tiny-gpt2", center_writing_weights=False, center_unembed=False)
     assert model_processing(half, 0) == {"fold_ln": True, "center_writing_weights": False}
+    # read from the weights to their dtype's rounding, bfloat16 too
+    assert model_processing(GPT.from_pretrained("tiny-gpt2", dtype=torch.bfloat16), 1) == PROCESSED
+    assert model_processing(GPT.from_pretrained_no_processing("tiny-gpt2", dtype=torch.bfloat16), 1) == RAW
 
 
 def test_the_hooks_a_transcoder_reads_and_writes_relate_as_the_conversion_assumes(tiny_pair: tuple[GPT, GPT]) -> None:

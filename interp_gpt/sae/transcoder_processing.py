@@ -76,10 +76,16 @@ class Plan:
 
 
 def _centred(t: Tensor, dim: int) -> bool:
-    """Mean-zero along `dim` to the rounding of its dtype (what centring in float64 then storing leaves)."""
-    t64 = t.detach().double()
-    tol = 4 * torch.finfo(t.dtype).eps * t64.abs().amax(dim).clamp_min(torch.finfo(torch.float64).tiny)
-    return bool((t64.mean(dim).abs() <= tol).all())
+    """Mean-zero along `dim` to the rounding of its dtype (what centring in float64 then storing leaves).
+    A few thousand rows at a time in float64 (W_E is 50,257 rows: no float64 copy of it)."""
+    eps = torch.finfo(t.dtype).eps if t.is_floating_point() else 0.0
+    rows = t.detach().movedim(dim, -1).reshape(-1, t.shape[dim])
+    for i in range(0, rows.shape[0], 4096):
+        r = rows[i : i + 4096].double()
+        tol = 4 * eps * r.abs().amax(-1).clamp_min(torch.finfo(torch.float64).tiny)
+        if not bool((r.mean(-1).abs() <= tol).all()):
+            return False
+    return True
 
 
 def _mlp_out_centred(model: Any, layer: int) -> bool:
