@@ -332,3 +332,18 @@ def test_a_raw_clt_converts_to_the_processed_model_layer_by_layer(tiny_pair: tup
         torch.testing.assert_close(conv(xs_p), want, atol=1e-9, rtol=0)
     with pytest.raises(ValueError, match=r"CLT's layer 0: blocks\.0\.hook_mlp_out: .*centred writing weights"):
         conv.converted_to(raw)
+
+
+def test_a_refused_second_splice_leaves_the_first_models_conversion_alone(tiny_pair: tuple[GPT, GPT]) -> None:
+    raw, processed = tiny_pair
+    tcs = [make(raw, L, "mlp.hook_in") for L in range(2)]
+    want = reference(raw, tcs)
+    name = "blocks.1.hook_mlp_out.hook_sae_output"  # raw: the prediction as it is, mean and all
+    with torch.no_grad(), raw.transcoders(tcs):
+        before = raw.run_with_cache(TOKENS, names_filter=[name])[1][name]
+        with pytest.raises(ValueError, match=r"already spliced in at 'blocks.0.hook_mlp_out'"):
+            with processed.transcoders(tcs):
+                pass
+        torch.testing.assert_close(raw.run_with_cache(TOKENS, names_filter=[name])[1][name], before, atol=0, rtol=0)
+        torch.testing.assert_close(raw(TOKENS).log_softmax(-1), want, atol=1e-9, rtol=0)
+    torch.testing.assert_close(spliced(processed, tcs), want, atol=1e-9, rtol=0)

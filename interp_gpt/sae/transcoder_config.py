@@ -60,6 +60,8 @@ _LAYER = re.compile(r"^blocks\.(\d+)\.")
 # change its hooks (fold_ln: ln2.hook_normalized; center_writing_weights: hook_resid_mid and
 # hook_mlp_out). A file that does not say is for raw weights, as circuit-tracer's and sae-lens' GPT-2
 # transcoders are (circuit-tracer loads GPT-2 with fold_ln=False, center_writing_weights=False).
+# sae-lens' metadata.model_from_pretrained_kwargs is not read for it: sae-lens passes those kwargs to
+# from_pretrained when training and to from_pretrained_no_processing in its evals, so they do not say.
 PROCESSING_KEY = "model_processing"
 PROCESSING_FLAGS = ("fold_ln", "center_writing_weights")
 _PROCESSING_NAMES = {"raw": (False, False), "processed": (True, True)}
