@@ -13,7 +13,7 @@ from torch import Tensor
 
 from .config import DTYPE_NAMES, Config, as_float_dtype
 from .convert import _raise_if_bad, load_source
-from .processing import process_weights
+from .processing import layer_norm_weights, process_weights
 from .processing import refactor_factored_attn_matrices as _refactor
 from .sources import CheckpointError, hub_id, shipped_models
 
@@ -73,6 +73,7 @@ class PretrainedMixin:
             # Asked for more precision than the file holds: widen first, so the processed weights
             # are exact in `dtype`, not rounded to the file's dtype and widened after.
             sd = {k: v.to(dtype) if v.is_floating_point() else v for k, v in sd.items()}
+        folded = layer_norm_weights(sd) if fold_ln and cfg.normalization_type == "LN" else {}
         # load_source's tensors are ours alone: process them where they lie (no second copy).
         sd = process_weights(sd, cfg, fold_ln, center_writing_weights, center_unembed, fold_value_biases, inplace=True)
         if refactor_factored_attn_matrices:
@@ -88,6 +89,8 @@ class PretrainedMixin:
             attn.IGNORE = torch.tensor(float("-inf"))
             attn.mask = torch.empty((0, 0), dtype=torch.bool)
         model = model.to(dtype=dtype, device=device)
+        if cfg.normalization_type == "LNPre" and folded:  # what fold_ln took away (see layer_norm_weights)
+            model.folded_layer_norms = folded
         from_hub = isinstance(source, str) and not Path(source).expanduser().exists() and source not in shipped_models()
         model.tokenizer = (
             _auto_tokenizer(cfg, folder, from_hub) if isinstance(tokenizer, str) and tokenizer == "auto" else tokenizer

@@ -232,6 +232,18 @@ def process_weights(
     return sd
 
 
+def layer_norm_weights(sd: Mapping[str, Tensor]) -> dict[str, Tensor]:
+    """Copies (float32, on the CPU) of the LayerNorm weights and biases in `sd`, the ones fold_ln takes
+    away. A processed model keeps them as `folded_layer_norms`, so that what was computed on its raw
+    weights (a transcoder reading ln2.hook_normalized) converts to it exactly."""
+    norms = (".ln1.w", ".ln1.b", ".ln2.w", ".ln2.b")
+    return {
+        k: v.detach().to("cpu", torch.float32, copy=True)
+        for k, v in sd.items()
+        if k.endswith(norms) or k in ("ln_final.w", "ln_final.b")
+    }
+
+
 # process_weights holds this many rows of W_E, or columns of W_U, in float64 at once.
 _PROCESS_CHUNK = 4096
 

@@ -21,6 +21,7 @@ from .processing import center_unembed as _center_unembed
 from .processing import center_writing_weights as _center_writing_weights
 from .processing import fold_layer_norm as _fold_layer_norm
 from .processing import fold_value_biases as _fold_value_biases
+from .processing import layer_norm_weights
 from .processing import process_weights as _process_weights
 from .processing import refactor_factored_attn_matrices as _refactor
 
@@ -41,6 +42,10 @@ def _require(sd: dict[str, Tensor], keys: list[str], caller: str) -> None:
 
 class ProcessingMixin(HookedGPT):
     """transformer-lens' weight-processing methods, `n_params`, and `cfg.device` / `cfg.dtype` kept in step."""
+
+    # Set where fold_ln ran (from_pretrained, load_and_process_state_dict): the LayerNorm weights and
+    # biases it folded away, by their raw names ("blocks.0.ln2.w"), float32 on the CPU.
+    folded_layer_norms: dict[str, Tensor]
 
     # ----- state dict in, state dict out -----------------------------------
     def fold_layer_norm(
@@ -166,6 +171,7 @@ class ProcessingMixin(HookedGPT):
         if fold and self.cfg.normalization_type == "LN":
             self.cfg.normalization_type = "LNPre"
             self._rebuild_layer_norms()
+            self.folded_layer_norms = layer_norm_weights(state_dict)  # what fold_ln took away
         self.load_state_dict({**sd, **kept}, strict=False)
 
     def process_weights_(

@@ -440,7 +440,9 @@ class SplicingMixin:
     ) -> Iterator[Any]:
         """Context in which `transcoders` replace the activations they write (a per-layer transcoder:
         `blocks.L.hook_mlp_out`, the MLP's output, from what it reads: `blocks.L.ln2.hook_normalized`);
-        any module with the splicing protocol (see interp_gpt.splicing) is taken. As `saes(...)`.
+        any module with the splicing protocol (see interp_gpt.splicing) is taken. As `saes(...)`. A
+        transcoder made for other weights than the model's (raw / processed) is converted exactly by its
+        `splice_hooks`, or refused by name (see interp_gpt.sae.transcoder_processing).
 
         Example:
             >>> with model.transcoders(tcs, use_error_term=True):

@@ -13,7 +13,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from interp_gpt import GPT, Config
-from interp_gpt.sae import Transcoder, TranscoderConfig, load_transcoders, save_transcoders
+from interp_gpt.sae import Transcoder, TranscoderConfig, check_transcoder_fits, load_transcoders, save_transcoders
 from interp_gpt.sources import CheckpointError
 
 D_IN, D_SAE, D_OUT = 12, 40, 10
@@ -429,3 +429,59 @@ def test_circuit_tracer_refuses_sets_it_cannot_hold_exactly(tmp_path: Path) -> N
     ):
         save_transcoders([keep], tmp_path / "s")
     assert not (tmp_path / "s").exists()
+
+
+# ------------------------------------------------------------------------------------------
+# metadata.model_processing: the weights a transcoder is for (raw / processed)
+# ------------------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "value,error,match",
+    [
+        ("folded", ValueError, r"metadata.model_processing='folded': expected 'raw', 'processed' or a dict"),
+        (1, TypeError, r"metadata.model_processing=1: expected 'raw', 'processed' or a dict, got int"),
+        ({"fold_ln": True}, ValueError, r"missing 'center_writing_weights'; give both"),
+        (
+            {"fold_lm": True, "center_writing_weights": True},
+            ValueError,
+            r"unknown key 'fold_lm'; did you mean 'fold_ln'\?",
+        ),
+        (
+            {"fold_ln": "false", "center_writing_weights": False},
+            TypeError,
+            r"metadata.model_processing.fold_ln='false': expected a boolean",
+        ),
+    ],
+)
+def test_a_bad_model_processing_is_refused_naming_the_key(value: Any, error: type, match: str) -> None:
+    with pytest.raises(error, match=match):
+        cfg(metadata={**meta(), "model_processing": value})
+
+
+def test_a_bad_model_processing_in_either_file_is_refused_naming_the_file(tmp_path: Path) -> None:
+    (tmp_path / "ct").mkdir()
+    path = ct_set(tmp_path / "ct", HOOKS_YAML + "model_processing: processd\n")
+    with pytest.raises(CheckpointError, match=r"config.yaml: model_processing='processd': expected 'raw', 'processed'"):
+        load_transcoders(path)
+    tc(0).save_model(tmp_path / "sl")
+    raw = json.loads((tmp_path / "sl" / "cfg.json").read_text())
+    raw["metadata"]["model_processing"] = {"fold_ln": 1, "center_writing_weights": False}
+    (tmp_path / "sl" / "cfg.json").write_text(json.dumps(raw))
+    with pytest.raises(CheckpointError, match=r"cfg.json: metadata.model_processing.fold_ln=1: expected a boolean"):
+        load_transcoders(tmp_path / "sl")
+
+
+def test_a_transcoder_with_no_exact_conversion_is_refused_by_name() -> None:
+    """Processed weights (hook_mlp_out centred) for a transcoder made for raw ones is converted; the
+    other way round, or a raw hook_resid_mid reader on a centred stream, is refused naming the hook."""
+    model = GPT(Config(n_layers=1, d_model=D_IN, n_heads=2, d_vocab=20, n_ctx=8))
+    model.process_weights_()
+    t = tc(0, d_out=D_IN, metadata={**meta(0, "hook_resid_mid"), "model_processing": "raw"})
+    with pytest.raises(ValueError, match=r"check_transcoder_fits: the transcoder of layer 0: blocks.0.hook_resid_mid"):
+        check_transcoder_fits(model, t)
+    raw = GPT(Config(n_layers=1, d_model=D_IN, n_heads=2, d_vocab=20, n_ctx=8))
+    t = tc(0, d_out=D_IN, metadata={**meta(0), "model_processing": "processed"})
+    with pytest.raises(ValueError, match=r"blocks.0.hook_mlp_out: the transcoder was made for centred writing weights"):
+        check_transcoder_fits(raw, t)
+    with pytest.raises(ValueError, match=r"layer 0: blocks.0.hook_mlp_out"):
+        with raw.transcoders([t]):
+            pass

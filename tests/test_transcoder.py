@@ -238,6 +238,7 @@ def test_the_circuit_tracer_layout_on_disk(tmp_path: Path) -> None:
         "feature_input_hook": "ln2.hook_normalized",
         "feature_output_hook": "hook_mlp_out",
         "activation": "jumprelu",
+        "model_processing": {"fold_ln": False, "center_writing_weights": False},  # raw weights: the default
     }
     w = load_file(tmp_path / "ct" / "layer_1.safetensors")
     assert {k: tuple(v.shape) for k, v in w.items()} == {
@@ -306,7 +307,8 @@ def test_circuit_tracer_listed_files_older_entries_k_tensor_and_templates(tmp_pa
         "activation: topk\nk: 4\ntranscoders:\n  - w/a.safetensors\n  - w/b.safetensors\n"
     )
     tcs = load_transcoders(tmp_path / "listed.yaml")
-    assert [t.input_hook for t in tcs] == ["blocks.0.ln2.hook_normalized", "blocks.1.ln2.hook_normalized"]
+    # the MLP's input: ln2.hook_normalized only on folded weights, and the set is for raw ones (the default)
+    assert [t.input_hook for t in tcs] == ["blocks.0.mlp.hook_in", "blocks.1.mlp.hook_in"]
     assert [t.output_hook for t in tcs] == ["blocks.0.hook_mlp_out", "blocks.1.hook_mlp_out"]
     assert tcs[0].cfg.model_name == "gpt2" and tcs[1].cfg.k == 4
     x = torch.randn(5, D_IN)
@@ -439,7 +441,7 @@ def _tiny_set(model, hook_in: str = "ln2.hook_normalized", skip: bool = True) ->
     for layer in range(model.cfg.n_layers):
         cfg = TranscoderConfig(
             d_in=128, d_sae=256, d_out=128, architecture="topk", k=8, skip=skip, nonnegative_acts=False,
-            metadata={**meta(layer, hook_in), "model_name": "tiny-gpt2"},
+            metadata={**meta(layer, hook_in), "model_name": "tiny-gpt2", "model_processing": "processed"},
         )  # fmt: skip
         tc = Transcoder(cfg)
         tc.init_weights(seed=layer)

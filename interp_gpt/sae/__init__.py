@@ -10,6 +10,11 @@ Example:
     >>> from interp_gpt.sae import load_transcoders, save_transcoders
     >>> tcs = load_transcoders("path/to/transcoders")       # sae-lens folders or circuit-tracer's config.yaml
     >>> save_transcoders(tcs, "copy", format="circuit-tracer")
+    >>> tcs = load_transcoders("path/to/transcoders", model)  # converted to the model's weights, or refused
+
+A transcoder records the weights it was made for (`cfg.metadata.model_processing`; raw unless its file
+says, as circuit-tracer's are): spliced into, or loaded for, a model processed otherwise (fold_ln,
+center_writing_weights) it is converted exactly (`Transcoder.converted_to`) or refused by name.
 
 GPT's splicing methods (add_sae, saes, ...) come from interp_gpt.splicing, below the model; model.py
 imports nothing from this package. An `SAE` follows that module's protocol (`splice_hooks`,
@@ -22,6 +27,7 @@ from .core import SAE
 from .io import KNOWN_RELEASES
 from .transcoder import Transcoder, check_transcoder_fits, load_transcoders, save_transcoders
 from .transcoder_config import TranscoderConfig
+from .transcoder_processing import model_processing
 
 __all__ = [
     "SAE",
@@ -33,6 +39,7 @@ __all__ = [
     "load_transcoders",
     "save_transcoders",
     "check_transcoder_fits",
+    "model_processing",
     "CrossLayerTranscoder",
     "CLTConfig",
     "load_clt",

@@ -112,6 +112,11 @@ class CLTConfig:
         return v if isinstance(v, str) else None
 
     @property
+    def processing(self) -> dict[str, bool]:
+        """The weight processing of the model it is for (metadata.model_processing; raw by default)."""
+        return dict(self.metadata["model_processing"])
+
+    @property
     def torch_dtype(self) -> torch.dtype:
         return parse_dtype(self.dtype)
 
@@ -272,6 +277,23 @@ class CrossLayerTranscoder(nn.Module):
         out = self.decode(self.encode(xs), xs if self.cfg.skip else None)
         return torch.stack([self._hp(m, "hook_sae_output")(out[m]) for m in range(self.n_layers)])
 
+    def converted_to(self, model: Any) -> CrossLayerTranscoder:
+        """A new CLT computing on `model`'s weights exactly what this one computes on the weights it was made
+        for (cfg.metadata.model_processing), layer by layer as `Transcoder.converted_to`; a ValueError
+        naming the layer, the hook and why where no exact conversion exists."""
+        from .transcoder_processing import clt_plans, convert_clt_state
+
+        plans = clt_plans(self, model, "CrossLayerTranscoder.converted_to")
+        meta = SAEMetadata(self.cfg.metadata)
+        meta["model_processing"] = dict(plans[0].processing)
+        if meta.get("hook_name") == "mlp.hook_in":  # read where the model has it, mapped exactly
+            meta["hook_name"] = "ln2.hook_normalized"
+        cfg = dataclasses.replace(self.cfg, metadata=meta, device="meta")
+        clt = CrossLayerTranscoder(cfg)
+        clt.load_state_dict(convert_clt_state(self.state_dict(), plans, self.cfg.skip), strict=True, assign=True)
+        cfg.device = str(self.device)
+        return clt
+
     def extra_repr(self) -> str:
         c = self.cfg
         extra = (f", k={c.k}" if c.architecture == "topk" else "") + (", skip" if c.skip else "")
@@ -313,6 +335,7 @@ def save_clt(clt: CrossLayerTranscoder, path: str | Path) -> Path:
     config: dict[str, Any] = {"model_name": c.model_name} if c.model_name else {}
     config.update(model_kind=_KIND if exact else _EXT_KIND, feature_input_hook=c.metadata["hook_name"])
     config["feature_output_hook"] = c.metadata["hook_name_out"]
+    config["model_processing"] = c.metadata["model_processing"]  # the weights it is for (circuit-tracer ignores it)
     if not exact:
         config.update(activation=c.architecture, nonnegative_acts=c.nonnegative_acts)
         if c.architecture == "topk":
@@ -404,6 +427,8 @@ def load_clt(
     )
     if isinstance(config.get("model_name"), str):
         fields["metadata"]["model_name"] = config["model_name"]
+    if "model_processing" in config:  # checked by CLTConfig; absent: raw weights
+        fields["metadata"]["model_processing"] = config["model_processing"]
     try:
         cfg = CLTConfig(**fields)
     except (TypeError, ValueError) as e:

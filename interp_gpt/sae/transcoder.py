@@ -26,8 +26,9 @@ from torch import Tensor, nn
 
 from ..hooks import HookPoint
 from .config import dtype_name, parse_dtype
-from .transcoder_config import SAELENS_ARCHITECTURES, TranscoderConfig, transcoder_shapes
+from .transcoder_config import PROCESSING_KEY, SAELENS_ARCHITECTURES, TranscoderConfig, transcoder_shapes
 from .transcoder_io import FORMATS, cast_state, read_transcoder_files, write_saelens_folder, write_transcoder_set
+from .transcoder_processing import Plan, apply_input, apply_output, conversion_plan, convert_state
 
 __all__ = ["Transcoder", "load_transcoders", "save_transcoders", "check_transcoder_fits"]
 
@@ -226,20 +227,52 @@ class Transcoder(nn.Module):
     # ----- splicing (interp_gpt.splicing's protocol: `with model.transcoders([...])`) -----------
     def splice_hooks(self, model: Any, arg: str = "transcoder") -> tuple[str, str]:
         """(read, write): the hook it reads (`blocks.L.ln2.hook_normalized` or `blocks.L.hook_resid_mid`)
-        and the one it replaces (`blocks.L.hook_mlp_out`), once it fits `model` (`check_transcoder_fits`)."""
-        check_transcoder_fits(model, self, caller="splice", arg=arg)
+        and the one it replaces (`blocks.L.hook_mlp_out`), once it fits `model` (`check_transcoder_fits`).
+        Made for other weights than the model's (raw / processed, cfg.metadata.model_processing), it is
+        spliced exactly converted (its input and output mapped as `converted_to` maps its weights), or
+        refused by name where no exact conversion exists."""
+        plan = _fit_plan(model, self, caller="splice", arg=arg)
         if self.input_hook is None or self.output_hook is None:
             raise ValueError(
                 f"{arg}: cfg.metadata.hook_name (the input) and hook_name_out (the output) must both be set to splice "
                 f"it, got {self.input_hook!r} and {self.output_hook!r}"
             )
-        return self.input_hook, self.output_hook
+        owner = getattr(self, "_spliced_in", None)
+        if owner is None or owner is getattr(model, "hook_dict", {}).get(self.output_hook):
+            # (spliced in elsewhere, the splice refuses it next: that splice's map stays)
+            self._splice_plan = None if plan is None or plan.identity else plan
+        read = plan.read_hook if plan is not None and plan.read_hook else self.input_hook
+        return read, self.output_hook
 
     def splice_forward(self, x: Tensor, hooked: bool = True) -> Tensor:
         """The prediction from the read hook's `x`, not through `hook_sae_output` (the splice runs that,
-        after the error term); `hooked=False` past every hook point: the error term's clean pass."""
-        acts, x_in = self._encode(x, hooked=hooked)
-        return self._decode(acts, x_in, hooked=hooked)
+        after the error term); `hooked=False` past every hook point: the error term's clean pass. Where
+        the model's weights are processed otherwise than its own, `x` is first mapped to what it reads
+        (`hook_sae_input` shows that) and its prediction (`hook_sae_recons`) to what the model writes."""
+        plan = getattr(self, "_splice_plan", None)
+        acts, x_in = self._encode(apply_input(x, plan), hooked=hooked)
+        return apply_output(self._decode(acts, x_in, hooked=hooked), plan)
+
+    def converted_to(self, model: Any) -> Transcoder:
+        """A new transcoder computing, on `model`'s weights, exactly what this one computes on the weights it
+        was made for (cfg.metadata.model_processing: raw or processed, see transcoder_processing), with
+        `model`'s processing recorded; a ValueError naming the hook and why where no exact conversion exists.
+
+        Example:
+            >>> raw_tc.cfg.processing                       # circuit-tracer's: raw weights
+            {'fold_ln': False, 'center_writing_weights': False}
+            >>> tc = raw_tc.converted_to(GPT.from_pretrained("tiny-gpt2"))   # for the processed model
+        """
+        plan = _fit_plan(model, self, caller="Transcoder.converted_to", arg="transcoder")
+        cfg = TranscoderConfig(**{f: getattr(self.cfg, f) for f in self.cfg.__dataclass_fields__})
+        cfg.metadata = type(self.cfg.metadata)(self.cfg.metadata)
+        state = {k: v for k, v in self.state_dict().items() if k in transcoder_shapes(cfg)}
+        if plan is not None:
+            cfg.metadata.update({PROCESSING_KEY: dict(plan.processing), "hook_name": plan.read_hook})
+            state = convert_state(state, plan)
+        else:
+            state = {k: v.clone() for k, v in state.items()}
+        return _build(cfg, state, self.device)
 
     # ----- the hook points --------------------------------------------------------------------
     def reset_hooks(self, including_permanent: bool = False) -> None:
@@ -344,7 +377,8 @@ def load_transcoders(
     Everything is checked before a transcoder is built: names, shapes and finiteness of every tensor
     (CheckpointError naming the file), a layer given twice. With `model`, each transcoder must fit it:
     its metadata.model_name (when recorded) names the model's, its layer exists, its widths match its
-    hooks'.
+    hooks'; one made for other weights (metadata.model_processing, raw unless the file says: circuit-tracer's
+    are) comes back exactly converted to the model's (`Transcoder.converted_to`), or is refused by name.
 
     Example:
         >>> tcs = load_transcoders("transcoders/tiny-gpt2")           # one Transcoder per layer
@@ -369,9 +403,10 @@ def load_transcoders(
             cfg.dtype = name
         tcs.append(_build(cfg, state, device))
     tcs.sort(key=lambda t: (t.layer is None, t.layer or 0))
-    if model is not None:
-        for tc in tcs:
-            check_transcoder_fits(model, tc, caller="load_transcoders")
+    if model is not None:  # each checked first, then each converted to the model's weights (or refused)
+        plans = [_fit_plan(model, tc, caller="load_transcoders") for tc in tcs]
+        tcs = [tc if p is None or (p.identity and p.processing == tc.cfg.processing) else tc.converted_to(model)
+               for tc, p in zip(tcs, plans, strict=True)]  # fmt: skip
     return tcs
 
 
@@ -419,6 +454,7 @@ _D_MODEL_HOOKS = (
     "ln2.hook_normalized",
     "hook_mlp_out",
     "hook_mlp_in",
+    "mlp.hook_in",
     "ln1.hook_normalized",
     "hook_attn_out",
 )
@@ -428,7 +464,15 @@ def check_transcoder_fits(
     model: Any, tc: Transcoder, caller: str = "check_transcoder_fits", arg: str = "transcoder"
 ) -> None:
     """Refuse, by name, a transcoder that cannot run on `model`: another model's (metadata.model_name),
-    a layer it lacks, a hook it lacks (KeyError), widths other than its hooks'."""
+    a layer it lacks, a hook it lacks (KeyError), widths other than its hooks', or one made for other
+    weights (raw / processed: metadata.model_processing) that has no exact conversion to the model's."""
+    _fit_plan(model, tc, caller, arg)
+
+
+def _fit_plan(
+    model: Any, tc: Transcoder, caller: str = "check_transcoder_fits", arg: str = "transcoder"
+) -> Plan | None:
+    """check_transcoder_fits' checks, then the map onto the model's weights (None: no layer to map)."""
     from ..sources import hub_id
 
     cfg = model.cfg
@@ -451,9 +495,15 @@ def check_transcoder_fits(
     for field, hook, width in (("d_in", tc.input_hook, tc.d_in), ("d_out", tc.output_hook, tc.d_out)):
         if hook is None:
             continue
+        if hook.endswith(".mlp.hook_in") and tc.layer is not None:  # the MLP's input: read at ln2.hook_normalized
+            hook = f"blocks.{tc.layer}.ln2.hook_normalized"
         if hook_dict and hook not in hook_dict:
             unknown = getattr(model, "_unknown_hook_error", None)
             why = unknown(hook).args[0] if callable(unknown) else f"no hook point named {hook!r}"
             raise KeyError(f"{where}: cfg.metadata.{'hook_name' if field == 'd_in' else 'hook_name_out'}: {why}")
         if hook.split(".", 2)[-1] in _D_MODEL_HOOKS and width != cfg.d_model:
             raise ValueError(f"{where}: {field}={width} does not fit {hook!r}, which is d_model={cfg.d_model} wide")
+    if tc.layer is None or not hasattr(model, "blocks"):
+        return None
+    w_skip = tc.W_skip if tc.cfg.skip else None
+    return conversion_plan(tc.cfg.processing, tc.input_hook, tc.output_hook, tc.layer, tc.W_enc, w_skip, model, where)

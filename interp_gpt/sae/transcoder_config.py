@@ -19,6 +19,7 @@ numbers would differ (see transcoder_io).
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,7 +28,16 @@ import torch
 
 from .config import SAEMetadata, _from_pre_6, _is_6x, dtype_name, parse_dtype
 
-__all__ = ["TranscoderConfig", "TRANSCODER_ARCHITECTURES", "SAELENS_ARCHITECTURES", "transcoder_shapes", "layer_of"]
+__all__ = [
+    "TranscoderConfig",
+    "TRANSCODER_ARCHITECTURES",
+    "SAELENS_ARCHITECTURES",
+    "PROCESSING_KEY",
+    "PROCESSING_FLAGS",
+    "parse_processing",
+    "transcoder_shapes",
+    "layer_of",
+]
 
 TRANSCODER_ARCHITECTURES = ("relu", "jumprelu", "topk")
 # cfg.json's "architecture" -> (architecture, skip). The topk ones are this package's: sae-lens 6.54
@@ -46,6 +56,47 @@ _NORMALIZATIONS = ("none", "expected_average_only_in")
 _BOOL_FIELDS = ("skip", "nonnegative_acts")
 _METADATA_STR = ("hook_name", "hook_name_out", "model_name")
 _LAYER = re.compile(r"^blocks\.(\d+)\.")
+# metadata.model_processing: the weight processing of the model it was made for, the two steps that
+# change its hooks (fold_ln: ln2.hook_normalized; center_writing_weights: hook_resid_mid and
+# hook_mlp_out). A file that does not say is for raw weights, as circuit-tracer's and sae-lens' GPT-2
+# transcoders are (circuit-tracer loads GPT-2 with fold_ln=False, center_writing_weights=False).
+# sae-lens' metadata.model_from_pretrained_kwargs is not read for it: sae-lens passes those kwargs to
+# from_pretrained when training and to from_pretrained_no_processing in its evals, so they do not say.
+PROCESSING_KEY = "model_processing"
+PROCESSING_FLAGS = ("fold_ln", "center_writing_weights")
+_PROCESSING_NAMES = {"raw": (False, False), "processed": (True, True)}
+
+
+def parse_processing(value: Any, where: str = "metadata.model_processing") -> dict[str, bool]:
+    """{"fold_ln": bool, "center_writing_weights": bool} from such a dict, "raw" or "processed"
+    (transformer-lens' from_pretrained defaults), or None (raw: what a file that does not say is for)."""
+    if value is None:
+        value = "raw"
+    if isinstance(value, str):
+        if value not in _PROCESSING_NAMES:
+            raise ValueError(
+                f"{where}={value!r}: expected 'raw', 'processed' or a dict of {', '.join(PROCESSING_FLAGS)} (booleans)"
+            )
+        return dict(zip(PROCESSING_FLAGS, _PROCESSING_NAMES[value], strict=True))
+    if not isinstance(value, dict):
+        raise TypeError(f"{where}={value!r}: expected 'raw', 'processed' or a dict, got {type(value).__name__}")
+    unknown = [k for k in value if k not in PROCESSING_FLAGS]
+    if unknown:
+        close = difflib.get_close_matches(str(unknown[0]), PROCESSING_FLAGS, n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        raise ValueError(
+            f"{where}: unknown key {unknown[0]!r}{hint} (expected {', '.join(PROCESSING_FLAGS)}: the steps "
+            "that change a transcoder's hooks)"
+        )
+    missing = [k for k in PROCESSING_FLAGS if k not in value]
+    if missing:
+        raise ValueError(f"{where}={value!r}: missing {missing[0]!r}; give both {' and '.join(PROCESSING_FLAGS)}")
+    for k in PROCESSING_FLAGS:
+        if not isinstance(value[k], bool):
+            raise TypeError(
+                f"{where}.{k}={value[k]!r}: expected a boolean (true / false), got {type(value[k]).__name__}"
+            )
+    return {k: value[k] for k in PROCESSING_FLAGS}
 
 
 def layer_of(hook: str | None) -> int | None:
@@ -90,6 +141,7 @@ class TranscoderConfig:
             v = self.metadata.get(name)
             if v is not None and not isinstance(v, str):
                 raise TypeError(f"metadata.{name}={v!r}: expected a string, got {type(v).__name__}")
+        self.metadata[PROCESSING_KEY] = parse_processing(self.metadata.get(PROCESSING_KEY))
         for name in ("d_in", "d_sae", "d_out", "k"):
             v = getattr(self, name)
             if v is None and name == "k":
@@ -168,6 +220,12 @@ class TranscoderConfig:
     def model_name(self) -> str | None:
         v = self.metadata.get("model_name")
         return v if isinstance(v, str) else None
+
+    @property
+    def processing(self) -> dict[str, bool]:
+        """The weight processing of the model it is for: metadata.model_processing, e.g.
+        {"fold_ln": False, "center_writing_weights": False} (raw weights, the default)."""
+        return dict(self.metadata[PROCESSING_KEY])
 
     @property
     def torch_dtype(self) -> torch.dtype:

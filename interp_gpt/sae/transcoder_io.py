@@ -16,6 +16,8 @@ and `transcoder/single_layer_transcoder.py`): a folder with `config.yaml`
     activation: topk                             # optional: relu | topk; else JumpReLU if a threshold is stored
     k: 32                                        # topk only
     transcoders: [layer_0.safetensors, ...]      # optional: the file of layer i; else layer_{i}.safetensors
+    model_processing: {fold_ln: false, center_writing_weights: false}   # this package's (circuit-tracer
+                                                 # ignores unknown keys): the weights it is for; raw if absent
 
 and one safetensors file per layer holding W_enc [d_sae, d_in] (its F.linear layout, transposed
 here), W_dec [d_sae, d_out], b_enc, b_dec, optional W_skip [d_out, d_in] and
@@ -50,7 +52,7 @@ from ..files import atomic_path
 from ..sources import CheckpointError, config_digest
 from .config import SAEMetadata, dtype_name, parse_dtype
 from .io import CFG_FILENAME, DIGEST_KEY, WEIGHTS_FILENAME
-from .transcoder_config import TranscoderConfig, transcoder_shapes
+from .transcoder_config import PROCESSING_KEY, TranscoderConfig, parse_processing, transcoder_shapes
 
 __all__ = [
     "CT_CONFIG_FILENAME",
@@ -65,8 +67,11 @@ __all__ = [
 CT_CONFIG_FILENAME = "config.yaml"
 FORMATS = ("saelens", "circuit-tracer")
 _CT_THRESHOLD = "activation_function.threshold"
-# circuit-tracer's replacement MLP wraps the MLP with hook_in / hook_out: the same values as ours.
-_CT_ALIASES = {"mlp.hook_in": "ln2.hook_normalized", "mlp.hook_out": "hook_mlp_out"}
+# circuit-tracer's replacement MLP wraps the MLP with hook_in / hook_out. hook_out is our hook_mlp_out;
+# hook_in, the MLP's input, is ln2.hook_normalized only on folded weights (x_hat * w + b on raw ones), so
+# it stays mlp.hook_in unless the set says fold_ln (the splice reads it exactly: see transcoder_processing).
+_CT_ALIASES = {"mlp.hook_out": "hook_mlp_out"}
+_CT_FOLDED_ALIASES = {"mlp.hook_in": "ln2.hook_normalized"}
 _LAYER_FILE = re.compile(r"^layer_(\d+)\.safetensors$")
 
 Item = tuple[TranscoderConfig, dict[str, Tensor]]
@@ -277,6 +282,12 @@ def read_circuit_tracer(path: Path, device: str | torch.device = "cpu") -> list[
         )
     rel_in = _ct_hook(config.get("feature_input_hook"), "feature_input_hook", cfg_path)
     rel_out = _ct_hook(config.get("feature_output_hook"), "feature_output_hook", cfg_path)
+    try:  # this package's key (circuit-tracer ignores it); a set that does not say is for raw weights
+        processing = parse_processing(config.get(PROCESSING_KEY), f"{cfg_path}: {PROCESSING_KEY}")
+    except (TypeError, ValueError) as e:
+        raise CheckpointError(str(e)) from e
+    if processing["fold_ln"]:
+        rel_in = _CT_FOLDED_ALIASES.get(rel_in, rel_in)
     model_name = config.get("model_name")
     if model_name is not None and not isinstance(model_name, str):
         raise CheckpointError(f"{cfg_path}: model_name={model_name!r}: expected a string")
@@ -287,7 +298,8 @@ def read_circuit_tracer(path: Path, device: str | torch.device = "cpu") -> list[
         if not file.is_file():
             raise FileNotFoundError(f"{cfg_path}: layer {layer}'s file {str(file)!r} does not exist")
         state, _ = _read_safetensors(file, device)
-        meta = {"hook_name": _full_hook(rel_in, layer), "hook_name_out": _full_hook(rel_out, layer)}
+        meta: dict[str, Any] = {"hook_name": _full_hook(rel_in, layer), "hook_name_out": _full_hook(rel_out, layer)}
+        meta[PROCESSING_KEY] = dict(processing)
         if model_name is not None:
             meta["model_name"] = model_name
         items.append(_ct_item(state, meta, activation, k, file))
@@ -361,7 +373,7 @@ def _ct_ready(items: list[Item]) -> dict[str, Any]:
                     f"{where}: {key} {r!r} differs from another layer's {rel[key]!r}: circuit-tracer "
                     "reads one hook for every layer"
                 )
-        for field in ("architecture", "k", "skip", "d_sae", "model_name"):
+        for field in ("architecture", "k", "skip", "d_sae", "model_name", "processing"):
             if getattr(cfg, field) != getattr(first, field):
                 raise ValueError(
                     f"{where}: {field}={getattr(cfg, field)!r} but layer {first.layer}'s is "
@@ -385,6 +397,7 @@ def _ct_ready(items: list[Item]) -> dict[str, Any]:
     config["activation"] = first.architecture
     if first.architecture == "topk":
         config["k"] = first.k
+    config[PROCESSING_KEY] = first.processing  # the weights it is for (circuit-tracer ignores the key)
     return config
 
 
