@@ -196,7 +196,7 @@ def test_jumprelu_l0_loss_and_thresholds_after_a_step() -> None:
     trainer = TranscoderTrainer(tc, cfg)
     x = torch.tensor([[1.0, 0.0, 0.5, 0.0], [0.2, 2.0, 0.0, 0.0]])
     _, parts = trainer.losses(trainer._check_batch((x, x), 1))
-    assert float(parts["l0_loss"]) == pytest.approx(2.0 * (2 + 1) / 2)  # 2 and 1 features above 0.3
+    assert float(parts["l0_loss"].detach()) == pytest.approx(2.0 * (2 + 1) / 2)  # 2 and 1 features above 0.3
     with torch.no_grad():
         tc.threshold.fill_(-1.0)
     trainer.step((x, x))

@@ -197,6 +197,8 @@ def _try_save(tcs: Any, out: Path, fmt: str | None) -> None:
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.try.", dir=out.parent))
     try:
         _save(tcs, tmp / "set", fmt)
+    except ValueError as e:  # what the format cannot hold (circuit-tracer: layers 0..n-1, no ReLU'd TopK ...)
+        raise ValueError(f"--format={fmt or 'saelens'}: {e}") from None
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 

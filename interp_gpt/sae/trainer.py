@@ -188,7 +188,7 @@ class SAETrainer:
         self.topk = sae.cfg.architecture == "topk"
         self._start([sae.W_enc, sae.W_dec, sae.b_enc, sae.b_dec], (sae.cfg.d_sae,), sae.device)
 
-    _name, _what = "SAETrainer", "SAE"  # how messages name the trainer and what it trains
+    _name, _what, _holds = "SAETrainer", "SAE", "holds its"  # how messages name the trainer and what it trains
 
     def _start(self, params: list[Tensor], n_features: tuple[int, ...], device: torch.device) -> None:
         """The optimiser and the counters (after `self.cfg` and `self.topk` are set)."""
@@ -408,10 +408,10 @@ class SAETrainer:
             nan = ", which hold NaN or inf" if not self._weights_finite() else ""
             return (
                 f"No good state was kept to roll back to (cfg.keep_last_good={self.cfg.keep_last_good}): "
-                f"the {self._what} holds its weights after step {self.n_steps}{nan}"
+                f"the {self._what} {self._holds} weights after step {self.n_steps}{nan}"
             )
         state = "initial weights" if last == 0 else f"state after step {last}"
-        return f"The {self._what} holds its {state}, the last good one"
+        return f"The {self._what} {self._holds} {state}, the last good one"
 
     # ----- the loop -----------------------------------------------------------------
     def train(self, batches: Iterable[Tensor], n_steps: int, progress: bool = True) -> list[dict[str, float]]:

@@ -137,7 +137,7 @@ class TranscoderTrainer(SAETrainer):
         >>> log = trainer.train(store, n_steps=1000)
     """
 
-    _name, _what = "TranscoderTrainer", "transcoders"
+    _name, _what, _holds = "TranscoderTrainer", "transcoders", "hold their"
 
     def __init__(
         self,
