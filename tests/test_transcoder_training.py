@@ -414,3 +414,50 @@ def test_python_m_runs_the_same_command(data_dir: Path, tmp_path: Path) -> None:
     metrics = json.loads((tmp_path / "t" / "metrics.json").read_text())
     assert metrics["command"].startswith("python -m interp_gpt.sae.train_transcoder_command --data")
     assert metrics["validation"]["layers"] == [1]
+
+
+def test_the_reconstruction_loss_trains_the_thresholds_through_the_gate() -> None:
+    """d mse / d threshold_i = sum over rows of (d mse / d f_i) x (-threshold_i / bandwidth) where the
+    pre-activation is within bandwidth / 2 of the threshold (the gate's estimator), written out by hand."""
+    tc = plt("jumprelu", d=3, d_sae=3)
+    with torch.no_grad():
+        tc.W_enc.copy_(torch.eye(3))
+        tc.W_dec.copy_(torch.eye(3))
+        tc.b_enc.zero_()
+        tc.b_dec.zero_()
+        tc.threshold.fill_(0.5)
+    cfg = TranscoderTrainingConfig(init_weights=False, l0_coefficient=0.0, jumprelu_bandwidth=0.1)
+    trainer = TranscoderTrainer(tc, cfg)
+    x = torch.tensor([[0.52, 0.9, 0.2], [0.47, 0.53, 0.0]])
+    y = torch.tensor([[1.0, 0.0, 0.0], [0.0, 1.0, 1.0]])
+    loss, _ = trainer.losses(trainer._check_batch((x, y), 1))
+    loss.backward()
+    y_hat = x * (x > 0.5)
+    d_f = 2 * (y_hat - y) / 2  # d mean_rows sum_d (y_hat - y)^2 / d f  (W_dec = I)
+    inside = ((x - 0.5).abs() < 0.05).float()
+    assert tc.threshold.grad is not None
+    torch.testing.assert_close(tc.threshold.grad, (d_f * -(0.5 / 0.1) * inside).sum(0))
+
+
+def test_topk_aux_loss_equals_a_hand_computation_on_the_dead_features_of_each_clt_layer() -> None:
+    g = torch.Generator().manual_seed(0)
+    clt = CrossLayerTranscoder(CLTConfig(n_layers=2, d_in=6, d_sae=12, d_out=6, architecture="topk", k=2))
+    cfg = TranscoderTrainingConfig(lr=1e-3, dead_feature_window=1, aux_coefficient=0.5)
+    trainer = TranscoderTrainer(clt, cfg)
+    trainer.step((torch.randn(2, 3, 6, generator=g), torch.randn(2, 3, 6, generator=g)))
+    dead = trainer.steps_since_fired >= 1
+    assert dead.any(1).all()  # with k=2 of 12 some features of each layer stayed silent
+    xs, ys = torch.randn(2, 16, 6, generator=g), torch.randn(2, 16, 6, generator=g)
+    _, parts = trainer.losses(trainer._check_batch((xs, ys), 2))
+    with torch.no_grad():  # by hand, densely: layer s's dead features predict the residual of layers s..1
+        y_hat = clt.decode(clt.encode(xs))
+        total = 0.0
+        for s in range(2):
+            pre = xs[s] @ clt.W_enc[s] + clt.b_enc[s]
+            n_dead, k_aux = int(dead[s].sum()), 3  # d_out // 2
+            kept = torch.where(dead[s], pre, -torch.inf).topk(min(k_aux, n_dead), dim=-1)
+            acts = torch.zeros_like(pre).scatter(-1, kept.indices, kept.values)
+            aux_hat = acts @ clt.W_dec[s].flatten(1)
+            residual = (ys[s:] - y_hat[s:]).permute(1, 0, 2).flatten(1)
+            total += 0.5 * min(n_dead / k_aux, 1.0) * float((aux_hat - residual).pow(2).sum(-1).mean())
+    assert float(parts["aux"].detach()) == pytest.approx(total, rel=1e-5)
