@@ -353,3 +353,12 @@ def test_a_failing_final_evaluation_leaves_the_trained_set_saved(
     assert [tc.layer for tc in load_transcoders(out)] == [0, 1]
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["validation"] is None and metrics["steps"] == 4
+
+
+def test_a_trainer_whose_evaluation_cannot_run_is_refused_at_construction() -> None:
+    model = from_pretrained("tiny-gpt2")
+    tokens = torch.randint(0, model.cfg.d_vocab, (2, 8))
+    with pytest.raises(ValueError, match=r"d_in=16 does not fit 'blocks.0.ln2.hook_normalized'"):
+        TranscoderTrainer(plt(0), model=model, eval_tokens=tokens)
+    with pytest.raises(TypeError, match=r"TranscoderTrainer: eval_tokens must hold integer token ids"):
+        TranscoderTrainer(plt(0, d=128), model=model, eval_tokens=tokens.float())

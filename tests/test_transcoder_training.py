@@ -461,3 +461,15 @@ def test_topk_aux_loss_equals_a_hand_computation_on_the_dead_features_of_each_cl
             residual = (ys[s:] - y_hat[s:]).permute(1, 0, 2).flatten(1)
             total += 0.5 * min(n_dead / k_aux, 1.0) * float((aux_hat - residual).pow(2).sum(-1).mean())
     assert float(parts["aux"].detach()) == pytest.approx(total, rel=1e-5)
+
+
+def test_the_log_reports_the_evaluation_on_eval_tokens_every_eval_every_steps() -> None:
+    model = from_pretrained("tiny-gpt2")
+    tokens = torch.randint(0, model.cfg.d_vocab, (2, 8), generator=torch.Generator().manual_seed(0))
+    tcs = _tiny_set(model, skip=True)
+    trainer = TranscoderTrainer(tcs, TranscoderTrainingConfig(lr=1e-3, log_every=1, eval_every=2), model, tokens)
+    g = torch.Generator().manual_seed(1)
+    data = [(torch.randn(2, 16, 128, generator=g), torch.randn(2, 16, 128, generator=g)) for _ in range(3)]
+    log = trainer.train(iter(data), n_steps=3, progress=False)
+    assert "val_ce_loss_recovered" not in log[0] and "val_ce_loss_recovered" in log[1] and "val_l0" in log[2]
+    assert log[2]["val_ce_spliced"] == pytest.approx(evaluate_transcoders(model, tcs, tokens)["ce_spliced"], rel=1e-6)
