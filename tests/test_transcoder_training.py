@@ -473,3 +473,19 @@ def test_the_log_reports_the_evaluation_on_eval_tokens_every_eval_every_steps() 
     log = trainer.train(iter(data), n_steps=3, progress=False)
     assert "val_ce_loss_recovered" not in log[0] and "val_ce_loss_recovered" in log[1] and "val_l0" in log[2]
     assert log[2]["val_ce_spliced"] == pytest.approx(evaluate_transcoders(model, tcs, tokens)["ce_spliced"], rel=1e-6)
+
+
+def test_activation_batches_of_several_hooks_keep_rows_aligned_after_the_first_pass() -> None:
+    """Later passes reshuffle the kept rows: each hook's row i must still come from the same token
+    (ln2.hook_normalized is hook_resid_mid standardised, row by row)."""
+    from interp_gpt.sae.training import activation_batches
+
+    model = from_pretrained("tiny-gpt2")
+    hooks = ["blocks.1.hook_resid_mid", "blocks.1.ln2.hook_normalized"]
+    it = activation_batches(model, hooks, [CORPUS.read_text()[:3000]], batch_size=64, context_size=16)
+    for _ in range(30):  # ~ 750 tokens make 11 batches a pass: this crosses two passes
+        batch = next(it)
+        mid, norm = batch[hooks[0]].double(), batch[hooks[1]].double()
+        centred = mid - mid.mean(-1, keepdim=True)
+        expected = centred / (centred.pow(2).mean(-1, keepdim=True) + model.cfg.eps).sqrt()
+        torch.testing.assert_close(norm, expected, atol=2e-2, rtol=1e-2)
