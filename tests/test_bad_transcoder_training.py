@@ -231,6 +231,8 @@ def _no(*args: Any, **kwargs: Any) -> Any:
         ),
         (["--kind", "clt", "--format", "saelens"], "--format='saelens': a CLT is saved as circuit-tracer's CLT folder"),
         (["--l0-coefficient", "-1"], "--l0-coefficient=-1.0 is out of range"),
+        (["--jumprelu-bandwidth", "0"], "--jumprelu-bandwidth=0.0 is out of range: expected a finite number > 0"),
+        (["--jumprelu-init-threshold", "inf"], "--jumprelu-init-threshold=inf is out of range"),
         (["--l1-coefficient", "-1"], "--l1-coefficient=-1.0 is out of range"),
         (["--lr", "nan"], "--lr=nan is out of range"),
         (["--k", "33"], "--k=33 is out of range"),

@@ -60,6 +60,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--k", type=int, default=32, help="active features per token and layer (topk)")
     p.add_argument("--l1-coefficient", type=float, default=1.0, help="(relu)")
     p.add_argument("--l0-coefficient", type=float, default=1.0, help="(jumprelu)")
+    p.add_argument("--jumprelu-bandwidth", type=float, default=0.05, help="(jumprelu) the estimators' window")
+    p.add_argument("--jumprelu-init-threshold", type=float, default=0.01, help="(jumprelu)")
     p.add_argument("--lr", type=float, default=4e-4)
     p.add_argument("--lr-warm-up-steps", type=int, default=0)
     p.add_argument("--lr-decay-steps", type=int, default=0)
@@ -103,12 +105,13 @@ def _check_args(args: argparse.Namespace) -> TranscoderTrainingConfig:
                 f"--out={args.out!r} holds other files ({', '.join(sorted(foreign)[:5])}); expected a new folder or "
                 f"one a train-transcoder run of --kind {args.kind} wrote"
             )
-    l0 = args.l0_coefficient
+    extra = {name: getattr(args, name) for name in ("l0_coefficient", "jumprelu_bandwidth", "jumprelu_init_threshold")}
     try:
-        return TranscoderTrainingConfig(**{**_config_fields(cfg), "l0_coefficient": l0})
-    except (TypeError, ValueError) as e:
+        return TranscoderTrainingConfig(**{**_config_fields(cfg), **extra})
+    except (TypeError, ValueError) as e:  # name the option, not the config field
         msg = str(e).removeprefix("TranscoderTrainingConfig: ")
-        raise ValueError("--l0-coefficient" + msg[len("l0_coefficient") :] if msg.startswith("l0_") else msg) from None
+        field = next((f for f in extra if msg.startswith(f + "=")), None)
+        raise ValueError("--" + field.replace("_", "-") + msg[len(field) :] if field else msg) from None
 
 
 def _config_fields(cfg: Any) -> dict[str, Any]:
