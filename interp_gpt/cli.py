@@ -9,6 +9,7 @@
     interp-gpt harvest   --hook NAME --data PATH --out DIR --n-tokens N [--model MODEL] [...]
     interp-gpt features  MODEL SAE --feature N [--data PATH] [--html PAGE.html]
     interp-gpt train-sae --out DIR [--model MODEL] [--hook NAME] [--k K] [--n-tokens N] [...]
+    interp-gpt train-transcoder --out DIR [--kind plt|skip|clt] [--layers 0,1] [--k K] [--n-tokens N] [...]
 
 MODEL is `tiny-gpt2` (the default: the small model shipped inside the package, so every
 command runs offline), a hub id (gpt2, gpt2-medium, ...), a local folder or weights file,
@@ -497,6 +498,23 @@ def _add_train_sae(sub: Any) -> None:
     p.set_defaults(func=run_command)
 
 
+def _add_train_transcoder(sub: Any) -> None:
+    from .sae.train_transcoder_command import add_arguments, run_command  # the options live beside the command
+
+    p = _subcommand(
+        sub,
+        "train-transcoder",
+        "train transcoders (per-layer, with a skip, or cross-layer) that predict each MLP's output from its input",
+        "Split --data into training and validation text, harvest every layer's MLP input (--input-hook) and output "
+        "(hook_mlp_out) in one pass, train the set, and save it (SAELens' or circuit-tracer's files) with "
+        "metrics.json (per-layer explained variance, L0, dead fraction, CE loss recovered with every MLP replaced). "
+        "Same as python -m interp_gpt.sae.train_transcoder_command.",
+        ["--kind skip --out transcoders/tiny-gpt2 --k 32", "--kind clt --out transcoders/tiny-gpt2-clt --k 16"],
+    )
+    add_arguments(p)
+    p.set_defaults(func=run_command)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The `interp-gpt` parser and its subcommands (each with --help and examples)."""
     parser = _Parser(
@@ -516,6 +534,7 @@ def build_parser() -> argparse.ArgumentParser:
         _add_harvest,
         _add_features,
         _add_train_sae,
+        _add_train_transcoder,
     ):
         add(sub)
     return parser

@@ -361,7 +361,8 @@ def save_clt(clt: CrossLayerTranscoder, path: str | Path) -> Path:
     return target
 
 
-_CLT_FILE = re.compile(r"^(W_(enc|dec)_\d+\.safetensors|config\.yaml)$")
+# (metrics.json and last_good/: what train-transcoder writes beside a CLT)
+_CLT_FILE = re.compile(r"^(W_(enc|dec)_\d+\.safetensors|config\.yaml|metrics\.json|last_good)$")
 
 
 def load_clt(

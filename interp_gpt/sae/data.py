@@ -85,33 +85,41 @@ def token_windows(model: Any, texts: Sequence[str], context_size: int = 128, max
 
 def activation_batches(
     model: Any,
-    hook: str,
+    hook: str | list[str],
     texts: Sequence[str],
     batch_size: int = 4096,
     context_size: int = 128,
     seed: int = 0,
     device: str | torch.device = "cpu",
     keep_in_memory: bool = True,
-) -> Iterator[Tensor]:
+) -> Iterator[Any]:
     """Endless mixed batches `[batch_size, d_in]` of `hook`'s activations on `texts`, from the activation
-    store. The first pass over the data comes from the store; with `keep_in_memory` its rows are kept
-    (as float16 when the activations are float32) and later passes reshuffle them instead of running the
-    model again (a fresh, reseeded store per pass otherwise).
+    store (a list of hooks: dicts hook -> `[batch_size, d]`, the same rows of every hook). The first pass
+    over the data comes from the store; with `keep_in_memory` its rows are kept (as float16 when the
+    activations are float32) and later passes reshuffle them instead of running the model again (a
+    fresh, reseeded store per pass otherwise).
 
     Example:
         >>> x = next(activation_batches(model, "blocks.1.hook_resid_pre", texts))   # [4096, 128]
     """
     from ..store import ActivationStore
 
-    kept: list[Tensor] = []
+    kept: list[dict[str, Tensor]] = []
     epoch = 0
+    single = isinstance(hook, str)
+
+    def served(rows: dict[str, Tensor]) -> Any:
+        return next(iter(rows.values())) if single else rows
+
     while True:
         if epoch and keep_in_memory:
-            rows = torch.cat(kept) if len(kept) > 1 else kept[0]
+            rows = {h: torch.cat([k[h] for k in kept]) if len(kept) > 1 else kept[0][h] for h in kept[0]}
             kept = [rows]
-            order = torch.randperm(rows.shape[0], generator=torch.Generator().manual_seed(seed + epoch))
-            for i in range(0, rows.shape[0] - batch_size + 1, batch_size):
-                yield rows[order[i : i + batch_size]].to(device=device, dtype=torch.float32)
+            n = next(iter(rows.values())).shape[0]
+            order = torch.randperm(n, generator=torch.Generator().manual_seed(seed + epoch))
+            for i in range(0, n - batch_size + 1, batch_size):
+                idx = order[i : i + batch_size]
+                yield served({h: r[idx].to(device=device, dtype=torch.float32) for h, r in rows.items()})
         else:
             store = ActivationStore(
                 model,
@@ -124,10 +132,16 @@ def activation_batches(
                 device=device,
             )
             for x in store:
-                assert isinstance(x, Tensor)
-                if x.shape[0] == batch_size:
+                batch: dict[str, Tensor] = {str(hook): x} if isinstance(x, Tensor) else x
+                assert isinstance(hook, str) or isinstance(x, dict)
+                if next(iter(batch.values())).shape[0] == batch_size:
                     if keep_in_memory and not epoch:
-                        kept.append(x.to("cpu", torch.float16 if x.dtype == torch.float32 else x.dtype))
+                        kept.append(
+                            {
+                                h: t.to("cpu", torch.float16 if t.dtype == torch.float32 else t.dtype)
+                                for h, t in batch.items()
+                            }
+                        )
                     yield x
             if not kept and keep_in_memory:
                 raise ValueError(f"texts: fewer than batch_size={batch_size} tokens of activations")

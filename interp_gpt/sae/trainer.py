@@ -82,17 +82,20 @@ class SAETrainingConfig:
         """Check every field by name (run at construction, and again by `SAETrainer`, so a field changed
         in between is checked too): a negative warm-up would climb the loss, a negative decay or interval
         would silently train at learning rate 0 or never log."""
-        where = "SAETrainingConfig"
+        where = type(self).__name__
         self.lr = check_float(self.lr, "lr", 0.0, caller=where)
         betas = self.adam_betas
         if not isinstance(betas, (tuple, list)) or len(betas) != 2:
             raise TypeError(f"{where}: adam_betas must be a pair of numbers (beta1, beta2), got {betas!r}")
-        self.adam_betas = (_check_fraction(betas[0], "adam_betas[0]"), _check_fraction(betas[1], "adam_betas[1]"))
-        for name, low in _INT_FIELDS.items():
+        self.adam_betas = (
+            _check_fraction(betas[0], "adam_betas[0]", where),
+            _check_fraction(betas[1], "adam_betas[1]", where),
+        )
+        for name, low in self._int_fields().items():
             setattr(self, name, check_int_in_range(getattr(self, name), name, low, None, caller=where))
         self.seed = check_int_in_range(self.seed, "seed", 0, 2**63 - 1, caller=where)
         for name in ("l1_coefficient", "aux_coefficient"):
-            setattr(self, name, _check_non_negative(getattr(self, name), name))
+            setattr(self, name, _check_non_negative(getattr(self, name), name, where))
         for name in ("normalize_decoder", "init_weights", "init_b_dec_to_mean", "keep_last_good"):
             value = getattr(self, name)
             if not isinstance(value, bool) and not (name == "normalize_decoder" and value is None):
@@ -100,6 +103,10 @@ class SAETrainingConfig:
                 raise TypeError(f"{where}: {name} must be True or False{none}, got {type(value).__name__} ({value!r})")
         if not isinstance(self.history, list):
             raise TypeError(f"{where}: history must be a list, got {type(self.history).__name__}")
+
+    def _int_fields(self) -> dict[str, int]:
+        """The int fields and their least value (a subclass's config adds its own)."""
+        return _INT_FIELDS
 
 
 # The int fields and their least value (steps and intervals; 0 where 0 means "off").
@@ -113,20 +120,20 @@ _INT_FIELDS = {
 }
 
 
-def _check_non_negative(value: Any, arg: str) -> float:
+def _check_non_negative(value: Any, arg: str, where: str = "SAETrainingConfig") -> float:
     """A finite number >= 0 (a coefficient: 0 turns its term off)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"SAETrainingConfig: {arg} must be a number, got {type(value).__name__} ({value!r})")
+        raise TypeError(f"{where}: {arg} must be a number, got {type(value).__name__} ({value!r})")
     if not math.isfinite(value) or value < 0:
-        raise ValueError(f"SAETrainingConfig: {arg}={value!r} is out of range: expected a finite number >= 0")
+        raise ValueError(f"{where}: {arg}={value!r} is out of range: expected a finite number >= 0")
     return float(value)
 
 
-def _check_fraction(value: Any, arg: str) -> float:
+def _check_fraction(value: Any, arg: str, where: str = "SAETrainingConfig") -> float:
     """An Adam beta: a number in [0, 1)."""
-    value = _check_non_negative(value, arg)
+    value = _check_non_negative(value, arg, where)
     if value >= 1:
-        raise ValueError(f"SAETrainingConfig: {arg}={value!r} is out of range: expected a number >= 0 and < 1")
+        raise ValueError(f"{where}: {arg}={value!r} is out of range: expected a number >= 0 and < 1")
     return value
 
 
@@ -178,13 +185,17 @@ class SAETrainer:
             )
             evaluate_sae(model, sae, eval_tokens[:1])
         self.model, self.eval_tokens = model, eval_tokens
-        c = self.cfg
         self.topk = sae.cfg.architecture == "topk"
+        self._start([sae.W_enc, sae.W_dec, sae.b_enc, sae.b_dec], (sae.cfg.d_sae,), sae.device)
+
+    _name, _what, _holds = "SAETrainer", "SAE", "holds its"  # how messages name the trainer and what it trains
+
+    def _start(self, params: list[Tensor], n_features: tuple[int, ...], device: torch.device) -> None:
+        """The optimiser and the counters (after `self.cfg` and `self.topk` are set)."""
+        c = self.cfg
         self.normalize_decoder = self.topk if c.normalize_decoder is None else bool(c.normalize_decoder)
-        self.optimizer = torch.optim.Adam(
-            [sae.W_enc, sae.W_dec, sae.b_enc, sae.b_dec], lr=c.lr, betas=(c.adam_betas[0], c.adam_betas[1])
-        )
-        self.steps_since_fired = torch.zeros(sae.cfg.d_sae, dtype=torch.long, device=sae.device)
+        self.optimizer = torch.optim.Adam(params, lr=c.lr, betas=(c.adam_betas[0], c.adam_betas[1]))
+        self.steps_since_fired = torch.zeros(n_features, dtype=torch.long, device=device)
         self.n_steps = 0
         self.n_tokens = 0
         self._initialised = False
@@ -263,11 +274,10 @@ class SAETrainer:
         Refused before the weights change: a batch of another shape (ValueError), and a batch holding
         NaN / inf or a loss that is not finite (`NonFiniteTrainingError`, naming the step). On a diverged
         loss the SAE is rolled back to its last good state (see `cfg.keep_last_good`)."""
-        sae = self.sae
         step = self.n_steps + 1
         x = self._check_batch(x, step)
         if not self._initialised and self.cfg.init_weights:
-            if not bool(torch.isfinite(x).all()):  # the initial b_dec is this batch's mean
+            if self._first_bad(x) is not None:  # the initial b_dec is this batch's mean
                 self._refuse(x, step, None)
             self._initialise(x)
         for g in self.optimizer.param_groups:
@@ -281,21 +291,45 @@ class SAETrainer:
             self._keep_last_good()
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
-        if self.normalize_decoder and sae.W_dec.grad is not None:
+        decoders = self._decoders()
+        if self.normalize_decoder:
             with torch.no_grad():  # keep the step tangent to the unit sphere of each decoder row
-                w_dec, grad = sae.W_dec, sae.W_dec.grad
-                grad -= (grad * w_dec).sum(-1, keepdim=True) * w_dec
+                for w_dec in decoders:
+                    if w_dec.grad is not None:
+                        w, grad = w_dec.flatten(1), w_dec.grad.view(w_dec.shape[0], -1)
+                        grad -= (grad * w).sum(-1, keepdim=True) * w
         self.optimizer.step()
         with torch.no_grad():
             if self.normalize_decoder:
-                sae.W_dec.div_(sae.W_dec.norm(dim=-1, keepdim=True))
-            fired = self._fired if self._fired is not None else (parts["feats"] > 0).any(0)
+                for w_dec in decoders:
+                    w_dec.div_(w_dec.flatten(1).norm(dim=-1).view(-1, *[1] * (w_dec.ndim - 1)))
+            self._after_step()
+            fired = self._fired if self._fired is not None else (parts["feats"] > 0).any(-2)
             self.steps_since_fired += 1
             self.steps_since_fired[fired] = 0
         self.n_steps += 1
-        self.n_tokens += x.shape[0]
+        self.n_tokens += self._n_rows(x)
         parts["loss"] = loss.detach()
         return parts
+
+    # ----- what a trainer of another module (transcoder_trainer) overrides --------------------
+    def _decoders(self) -> list[Tensor]:
+        """The decoder weights whose rows (feature i: `w[i]`, flattened) are kept unit-norm."""
+        return [self.sae.W_dec]
+
+    def _after_step(self) -> None:
+        """Anything to project after the Adam step (nothing for an SAE)."""
+
+    def _n_rows(self, x: Any) -> int:
+        return int(x.shape[0])
+
+    def _first_bad(self, x: Any) -> tuple[str, int, int] | None:
+        """(where its first NaN / inf is, how many, of how many values) in a checked batch, or None."""
+        bad = ~torch.isfinite(x)
+        if not bool(bad.any()):
+            return None
+        row, col = bad.nonzero()[0].tolist()
+        return f"{x[row, col].item()} at [row {row}, column {col}]", int(bad.sum()), x.numel()
 
     @property
     def dead_fraction(self) -> float:
@@ -349,20 +383,20 @@ class SAETrainer:
     def _refuse(self, x: Tensor, step: int, loss: Tensor | None) -> None:
         """Raise NonFiniteTrainingError for step `step`: a NaN / inf batch (the weights untouched),
         or a non-finite loss on a finite batch (training diverged: roll back)."""
-        bad = ~torch.isfinite(x)
-        if bool(bad.any()):
-            row, col = bad.nonzero()[0].tolist()
+        bad = self._first_bad(x)
+        if bad is not None:
+            first, n_bad, n_values = bad
             last = self.n_steps if self._weights_finite() else self._roll_back()
             raise NonFiniteTrainingError(
-                f"SAETrainer: the batch of step {step} holds {x[row, col].item()} at [row {row}, column {col}] "
-                f"({int(bad.sum())} of its {x.numel()} values are NaN or inf); refused before it changed the "
+                f"{self._name}: the batch of step {step} holds {first} "
+                f"({n_bad} of its {n_values} values are NaN or inf); refused before it changed the "
                 f"weights. {self._state_words(last)}",
                 step,
                 last,
             )
         last = self._roll_back()
         raise NonFiniteTrainingError(
-            f"SAETrainer: the loss at step {step} is {float(loss.detach()) if loss is not None else 'nan'} on a finite "
+            f"{self._name}: the loss at step {step} is {float(loss.detach()) if loss is not None else 'nan'} on a finite "
             f"batch: training diverged (lr={self.cfg.lr:g}; lower cfg.lr or add cfg.lr_warm_up_steps). "
             f"{self._state_words(last)}",
             step,
@@ -374,10 +408,10 @@ class SAETrainer:
             nan = ", which hold NaN or inf" if not self._weights_finite() else ""
             return (
                 f"No good state was kept to roll back to (cfg.keep_last_good={self.cfg.keep_last_good}): "
-                f"the SAE holds its weights after step {self.n_steps}{nan}"
+                f"the {self._what} {self._holds} weights after step {self.n_steps}{nan}"
             )
         state = "initial weights" if last == 0 else f"state after step {last}"
-        return f"The SAE holds its {state}, the last good one"
+        return f"The {self._what} {self._holds} {state}, the last good one"
 
     # ----- the loop -----------------------------------------------------------------
     def train(self, batches: Iterable[Tensor], n_steps: int, progress: bool = True) -> list[dict[str, float]]:
@@ -390,7 +424,7 @@ class SAETrainer:
         """
         n_steps = check_int_in_range(n_steps, "n_steps", 1, None)
         self.total_steps = self.n_steps + n_steps
-        bar = tqdm(total=n_steps, desc="train SAE", unit="step", disable=not progress)
+        bar = tqdm(total=n_steps, desc=f"train {self._what}", unit="step", disable=not progress)
         it = iter(batches)
         start = time.perf_counter()
         try:
@@ -401,7 +435,7 @@ class SAETrainer:
                 parts = self.step(x)
                 last = self.n_steps == self.total_steps
                 if self.n_steps % self.cfg.log_every == 0 or last:
-                    entry = self._entry(x.to(self.sae.device, self.sae.dtype), parts)
+                    entry = self._entry(x, parts)
                     entry["tokens_per_s"] = self.n_tokens / max(time.perf_counter() - start, 1e-9)
                     ev = self.cfg.eval_every
                     if self.model is not None and (last or (ev and self.n_steps % ev == 0)):
@@ -416,7 +450,7 @@ class SAETrainer:
         if not self._weights_finite():  # the last step's update (the next loss would have shown it)
             step, kept = self.n_steps, self._roll_back()
             raise NonFiniteTrainingError(
-                f"SAETrainer: step {step} left NaN or inf in the weights: training diverged "
+                f"{self._name}: step {step} left NaN or inf in the weights: training diverged "
                 f"(lr={self.cfg.lr:g}; lower cfg.lr). {self._state_words(kept)}",
                 step,
                 kept,
@@ -425,6 +459,7 @@ class SAETrainer:
 
     @torch.no_grad()
     def _entry(self, x: Tensor, parts: dict[str, Tensor]) -> dict[str, float]:
+        x = x.to(self.sae.device, self.sae.dtype)
         feats = parts["feats"]
         x_hat = feats @ self.sae.W_dec + self.sae.b_dec
         entry = {

@@ -16,7 +16,9 @@ The code lives in modules by job; this module keeps every name importable from o
   * `data.py`: split_corpus, token_windows, activation_batches, shipped_sae;
   * `evaluation.py`: explained_variance, evaluate_sae;
   * `trainer.py`: SAETrainingConfig, SAETrainer (the losses), NonFiniteTrainingError;
-  * `train_command.py`: the command's options and run (add_arguments, run, run_command, main).
+  * `train_command.py`: the command's options and run (add_arguments, run, run_command, main);
+  * transcoders: `transcoder_trainer.py` (TranscoderTrainingConfig, TranscoderTrainer),
+    `transcoder_evaluation.py` (evaluate_transcoders), `train_transcoder_command.py` (train-transcoder).
 """
 
 from __future__ import annotations
@@ -30,11 +32,16 @@ from .train_command import main
 from .train_command import run as run
 from .train_command import run_command as run_command
 from .trainer import NonFiniteTrainingError, SAETrainer, SAETrainingConfig
+from .transcoder_evaluation import evaluate_transcoders
+from .transcoder_trainer import TranscoderTrainer, TranscoderTrainingConfig
 
 __all__ = [
     "SAETrainingConfig",
     "SAETrainer",
     "NonFiniteTrainingError",
+    "TranscoderTrainingConfig",
+    "TranscoderTrainer",
+    "evaluate_transcoders",
     "evaluate_sae",
     "explained_variance",
     "split_corpus",

@@ -442,8 +442,14 @@ def read_transcoder_files(path: Any, device: str | torch.device = "cpu") -> list
 
 
 def _ours(entry: Path) -> bool:
-    """An entry save_transcoders may replace: a layer's folder or file, a config, a leftover temporary."""
-    return bool(re.match(r"^(layer_\d+(\.safetensors)?|config\.yaml|cfg\.json|sae_weights\.safetensors)$", entry.name))
+    """An entry save_transcoders may replace: a layer's folder or file, a config, a leftover temporary, and what
+    `train-transcoder` writes beside a set (metrics.json, last_good/)."""
+    return bool(
+        re.match(
+            r"^(layer_\d+(\.safetensors)?|config\.yaml|cfg\.json|sae_weights\.safetensors|metrics\.json|last_good)$",
+            entry.name,
+        )
+    )
 
 
 def write_transcoder_set(items: list[Item], target: Path, format: str) -> Path:
