@@ -384,12 +384,15 @@ def test_train_transcoder_writes_a_set_that_loads_and_its_metrics(
     if kind == "clt":
         clt = load_clt(out)
         assert clt.n_layers == 2 and clt.cfg.k == 4
+        assert clt.cfg.processing == {"fold_ln": True, "center_writing_weights": True}
         again = evaluate_transcoders(model, clt, _val_tokens(model, data_dir))
     else:
         tcs = load_transcoders(out, model)
         assert [tc.layer for tc in tcs] == [0, 1] and tcs[0].cfg.skip == (kind == "skip")
         hook = "hook_resid_mid" if "hook_resid_mid" in extra else "ln2.hook_normalized"
         assert tcs[1].input_hook == f"blocks.1.{hook}" and tcs[1].output_hook == "blocks.1.hook_mlp_out"
+        # trained on from_pretrained's processed weights, and recorded so (else taken for raw weights)
+        assert all(tc.cfg.processing == {"fold_ln": True, "center_writing_weights": True} for tc in tcs)
         again = evaluate_transcoders(model, tcs, _val_tokens(model, data_dir))
     # the metrics recomputed from the saved files equal the ones written
     for key in ("ce_loss_recovered", "explained_variance", "l0", "dead_fraction"):

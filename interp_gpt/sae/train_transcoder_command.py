@@ -38,6 +38,7 @@ from .transcoder import Transcoder, save_transcoders
 from .transcoder_config import TranscoderConfig
 from .transcoder_evaluation import evaluate_transcoders
 from .transcoder_io import _ours
+from .transcoder_processing import model_processing
 from .transcoder_trainer import TranscoderTrainer, TranscoderTrainingConfig
 
 __all__ = ["add_arguments", "run", "run_command", "main"]
@@ -161,7 +162,11 @@ def _build(
         k=args.k if args.architecture == "topk" else None, nonnegative_acts=nonneg,
     )  # fmt: skip
     meta = {"model_name": model.cfg.model_name, "context_size": args.context_size, "dataset_path": str(args.data)}
+    # The weights the set is trained on (processed, as from_pretrained loads them): what lets a later
+    # user on a model processed otherwise convert it exactly (transcoder_processing).
+    processing = {layer: model_processing(model, layer) for layer in layers}
     if args.kind == "clt":
+        meta["model_processing"] = processing[layers[0]]
         return CrossLayerTranscoder(
             CLTConfig(
                 n_layers=len(layers),
@@ -177,6 +182,7 @@ def _build(
                 metadata=SAEMetadata(
                     {
                         **meta,
+                        "model_processing": processing[layer],
                         "hook_name": f"blocks.{layer}.{args.input_hook}",
                         "hook_name_out": f"blocks.{layer}.{OUTPUT_HOOK}",
                     }
