@@ -16,7 +16,8 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from interp_gpt.sae import Transcoder, TranscoderConfig, load_transcoders, save_transcoders, transcoder_io
+from interp_gpt import files
+from interp_gpt.sae import Transcoder, TranscoderConfig, load_transcoders, save_transcoders
 
 D_IN, D_SAE, D_OUT = 12, 40, 10  # d_in != d_out: a transposed weight cannot pass unnoticed
 ARCHS = ("relu", "jumprelu", "topk")
@@ -396,7 +397,7 @@ def test_a_crash_between_renames_puts_the_old_set_back(tmp_path: Path) -> None:
         a.rename(b)
 
     with pytest.raises(OSError, match="cut"):
-        transcoder_io._swap_in(tmp, tmp_path / "s", rename=rename)
+        files.swap_in(tmp, tmp_path / "s", rename=rename)
     same(old[0], load_transcoders(tmp_path / "s")[0])
 
 
@@ -499,3 +500,33 @@ def test_a_transcoder_for_another_model_or_a_missing_layer_is_refused_when_splic
         with model.transcoders([deep]):
             pass
     assert model.acts_to_saes == {}
+
+
+def test_a_saved_set_is_a_folder_others_can_read_as_a_new_folder_would_be(tmp_path: Path) -> None:
+    """The set is written in a temporary folder (mkdtemp makes it 0700) and renamed into place: it gets
+    the permissions a new folder gets under the umask, and an old folder's when it replaces one."""
+    import os
+
+    from interp_gpt.sae import CLTConfig, CrossLayerTranscoder, save_clt
+
+    umask = os.umask(0o022)
+    try:
+        save_transcoders([make("relu", False, layer=0)], tmp_path / "s")
+        save_transcoders([make("relu", False, layer=0)], tmp_path / "c", format="circuit-tracer")
+        clt = CrossLayerTranscoder(
+            CLTConfig(
+                n_layers=2,
+                d_in=D_IN,
+                d_sae=D_SAE,
+                d_out=D_OUT,
+                metadata={"hook_name": "ln2.hook_normalized", "hook_name_out": "hook_mlp_out"},
+            )
+        )
+        save_clt(clt, tmp_path / "clt")
+        for name in ("s", "c", "clt"):
+            assert (tmp_path / name).stat().st_mode & 0o777 == 0o755, name
+        os.chmod(tmp_path / "s", 0o750)
+        save_transcoders([make("relu", False, layer=0, seed=3)], tmp_path / "s")
+        assert (tmp_path / "s").stat().st_mode & 0o777 == 0o750
+    finally:
+        os.umask(umask)

@@ -33,13 +33,13 @@ import torch
 from jaxtyping import Float
 from torch import Tensor, nn
 
-from ..files import atomic_path
+from ..files import atomic_folder, atomic_path
 from ..hooks import HookPoint
 from ..sources import CheckpointError
 from .config import SAEMetadata, dtype_name, parse_dtype
 from .transcoder import activate
 from .transcoder_config import TranscoderConfig
-from .transcoder_io import CT_CONFIG_FILENAME, _read_safetensors, _save_safetensors, _swap_in, cast_state
+from .transcoder_io import CT_CONFIG_FILENAME, _read_safetensors, _save_safetensors, cast_state
 
 __all__ = ["CrossLayerTranscoder", "CLTConfig", "load_clt", "save_clt"]
 
@@ -316,7 +316,6 @@ def save_clt(clt: CrossLayerTranscoder, path: str | Path) -> Path:
     Example:
         >>> save_clt(clt, "transcoders/tiny-gpt2-clt")
     """
-    import tempfile
 
     import yaml
 
@@ -340,9 +339,7 @@ def save_clt(clt: CrossLayerTranscoder, path: str | Path) -> Path:
         config.update(activation=c.architecture, nonnegative_acts=c.nonnegative_acts)
         if c.architecture == "topk":
             config["k"] = c.k
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
-    try:
+    with atomic_folder(target) as tmp:
         for i in range(c.n_layers):
             enc = {f"W_enc_{i}": clt.W_enc[i].T, f"b_enc_{i}": clt.b_enc[i], f"b_dec_{i}": clt.b_dec[i]}
             if c.architecture == "jumprelu":
@@ -353,11 +350,6 @@ def save_clt(clt: CrossLayerTranscoder, path: str | Path) -> Path:
             _save_safetensors(tmp / f"W_dec_{i}.safetensors", {f"W_dec_{i}": clt.W_dec[i]}, {})
         with atomic_path(tmp / CT_CONFIG_FILENAME) as t:
             t.write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
-        _swap_in(tmp, target)
-    finally:
-        import shutil
-
-        shutil.rmtree(tmp, ignore_errors=True)
     return target
 
 

@@ -39,16 +39,13 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
-import tempfile
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch import Tensor
 
-from ..files import atomic_path
+from ..files import atomic_folder, atomic_path
 from ..sources import CheckpointError, config_digest
 from .config import SAEMetadata, dtype_name, parse_dtype
 from .io import CFG_FILENAME, DIGEST_KEY, WEIGHTS_FILENAME
@@ -468,13 +465,8 @@ def write_transcoder_set(items: list[Item], target: Path, format: str) -> Path:
                 f"path: {str(target)!r} holds other files ({', '.join(sorted(foreign)[:5])}); save the transcoders "
                 "into a new or empty folder (or one they were saved in before)"
             )
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
-    try:
+    with atomic_folder(target) as tmp:
         _write_into(tmp, items, format, config if format == "circuit-tracer" else None)
-        _swap_in(tmp, target)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
     return target
 
 
@@ -496,22 +488,6 @@ def _write_into(folder: Path, items: list[Item], format: str, config: dict[str, 
         _save_safetensors(folder / f"layer_{cfg.layer}.safetensors", out, {})
     with atomic_path(folder / CT_CONFIG_FILENAME) as t:  # written last: circuit-tracer's "complete" mark
         t.write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
-
-
-def _swap_in(tmp: Path, target: Path, rename: Callable[[Path, Path], None] = os.replace) -> None:
-    """Give the finished folder `tmp` the name `target`; an old `target` goes only once the new one is there."""
-    if not target.exists():
-        rename(tmp, target)
-        return
-    old = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".old", dir=target.parent))
-    old.rmdir()
-    rename(target, old)
-    try:
-        rename(tmp, target)
-    except BaseException:
-        rename(old, target)  # the old set back under its name
-        raise
-    shutil.rmtree(old, ignore_errors=True)
 
 
 def cast_state(state: dict[str, Tensor], dtype: str | torch.dtype | None) -> tuple[dict[str, Tensor], str | None]:
