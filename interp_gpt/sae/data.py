@@ -1,5 +1,5 @@
 """The data an SAE trains on: the train / validation split of a corpus, token windows, endless
-activation batches from the activation store, and the SAE shipped for tiny-gpt2.
+activation batches from the activation store, and the SAE and transcoders shipped for tiny-gpt2.
 
 Example:
     >>> train, val = split_corpus("data/corpus")
@@ -16,12 +16,27 @@ import torch
 from torch import Tensor
 
 from ..checks import check_float
+from .clt import CrossLayerTranscoder, load_clt
 from .core import SAE
+from .transcoder import Transcoder, load_transcoders
 
-__all__ = ["split_corpus", "token_windows", "activation_batches", "SHIPPED_SAE_DIR", "shipped_sae"]
+__all__ = [
+    "split_corpus",
+    "token_windows",
+    "activation_batches",
+    "SHIPPED_SAE_DIR",
+    "shipped_sae",
+    "SHIPPED_TRANSCODERS_DIR",
+    "SHIPPED_CLT_DIR",
+    "shipped_transcoders",
+    "shipped_clt",
+]
 
 
-SHIPPED_SAE_DIR = Path(__file__).resolve().parent.parent / "weights" / "tiny-gpt2-sae"
+_WEIGHTS = Path(__file__).resolve().parent.parent / "weights"
+SHIPPED_SAE_DIR = _WEIGHTS / "tiny-gpt2-sae"
+SHIPPED_TRANSCODERS_DIR = _WEIGHTS / "tiny-gpt2-transcoders"  # per-layer JumpReLU skip transcoders, sae-lens format
+SHIPPED_CLT_DIR = _WEIGHTS / "tiny-gpt2-clt"  # a JumpReLU cross-layer transcoder, circuit-tracer's format
 
 
 def shipped_sae(device: str | torch.device = "cpu") -> SAE:
@@ -33,6 +48,31 @@ def shipped_sae(device: str | torch.device = "cpu") -> SAE:
         'blocks.1.hook_resid_pre'
     """
     return SAE.from_pretrained(SHIPPED_SAE_DIR, device=device)
+
+
+def shipped_transcoders(model: Any = None, device: str | torch.device = "cpu") -> list[Transcoder]:
+    """The per-layer transcoders shipped for tiny-gpt2 (JumpReLU with a skip, one per layer, trained on
+    its processed weights; metrics.json beside them). With `model`, checked against it and converted
+    exactly if its weights were processed otherwise (see `load_transcoders`).
+
+    Example:
+        >>> tcs = shipped_transcoders()
+        >>> [tc.input_hook for tc in tcs]
+        ['blocks.0.ln2.hook_normalized', 'blocks.1.ln2.hook_normalized']
+    """
+    return load_transcoders(SHIPPED_TRANSCODERS_DIR, model, device=device)
+
+
+def shipped_clt(device: str | torch.device = "cpu") -> CrossLayerTranscoder:
+    """The cross-layer transcoder shipped for tiny-gpt2 (JumpReLU; layer l's features write into every
+    layer >= l; trained on its processed weights; metrics.json beside it).
+
+    Example:
+        >>> clt = shipped_clt()
+        >>> clt.n_layers, clt.cfg.d_sae
+        (2, 1024)
+    """
+    return load_clt(SHIPPED_CLT_DIR, device=device)
 
 
 # ----------------------------------------------------------------------------

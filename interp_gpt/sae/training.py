@@ -13,7 +13,7 @@ Metrics (`evaluate_sae`, and the training log), with sae-lens' definitions:
     hook's activation is replaced by zeros (zero ablation) or by the SAE's reconstruction (spliced).
 
 The code lives in modules by job; this module keeps every name importable from one place:
-  * `data.py`: split_corpus, token_windows, activation_batches, shipped_sae;
+  * `data.py`: split_corpus, token_windows, activation_batches, shipped_sae / _transcoders / _clt;
   * `evaluation.py`: explained_variance, evaluate_sae;
   * `trainer.py`: SAETrainingConfig, SAETrainer (the losses), NonFiniteTrainingError;
   * `train_command.py`: the command's options and run (add_arguments, run, run_command, main);
@@ -25,7 +25,17 @@ from __future__ import annotations
 
 import sys
 
-from .data import SHIPPED_SAE_DIR, activation_batches, shipped_sae, split_corpus, token_windows
+from .data import (
+    SHIPPED_CLT_DIR,
+    SHIPPED_SAE_DIR,
+    SHIPPED_TRANSCODERS_DIR,
+    activation_batches,
+    shipped_clt,
+    shipped_sae,
+    shipped_transcoders,
+    split_corpus,
+    token_windows,
+)
 from .evaluation import evaluate_sae, explained_variance
 from .train_command import add_arguments as add_arguments
 from .train_command import main
@@ -49,6 +59,10 @@ __all__ = [
     "activation_batches",
     "SHIPPED_SAE_DIR",
     "shipped_sae",
+    "SHIPPED_TRANSCODERS_DIR",
+    "SHIPPED_CLT_DIR",
+    "shipped_transcoders",
+    "shipped_clt",
     "main",
 ]
 
