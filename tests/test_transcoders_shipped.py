@@ -65,3 +65,22 @@ def test_shipped_metrics_on_the_validation_text_meet_the_targets_and_the_json(na
     assert max(got["l0_per_layer"]) <= 32 and got["dead_fraction"] == 0.0
     for key in KEYS:
         assert got[key] == pytest.approx(shipped[key], rel=1e-4, abs=1e-5), key
+
+
+def test_readme_transcoders_example_runs(tmp_path: Path) -> None:
+    import re
+
+    text = (CORPUS.parent.parent / "README.md").read_text(encoding="utf-8")
+    body = text.split("\n## Transcoders\n", 1)[1].split("\n## ", 1)[0]
+    block = re.findall(r"```python\n(.*?)```", body, flags=re.S)[0]
+    namespace: dict = {}
+    exec(compile(block.replace("/tmp/tcs-ct", str(tmp_path / "tcs-ct")), "README.md (Transcoders)", "exec"), namespace)
+    model, tokens, tcs = namespace["model"], namespace["tokens"], namespace["tcs"]
+    assert namespace["feats"].shape == (1, tokens.shape[1], 1024)
+    plain = model(tokens)
+    assert not torch.allclose(namespace["logits"], plain, atol=1e-3)  # the MLPs were replaced
+    assert not torch.allclose(namespace["ablated"], plain, atol=1e-6)  # the intervention moved the output
+    assert (tmp_path / "tcs-ct" / "config.yaml").is_file()
+    for a, b in zip(tcs, namespace["back"], strict=True):
+        assert torch.equal(a.W_enc, b.W_enc)
+    assert isinstance(namespace["clt"], CrossLayerTranscoder)
