@@ -14,7 +14,7 @@ import json
 import shlex
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +22,7 @@ import torch
 from torch import Tensor
 
 from ..checks import BAD_INPUT, check_float, check_int_in_range, error_line
+from ..files import write_atomic
 from .config import SAEConfig, SAEMetadata
 from .core import SAE
 from .data import activation_batches, split_corpus, token_windows
@@ -119,7 +120,6 @@ def run(args: argparse.Namespace, argv: Sequence[str] | None = None) -> dict[str
     Everything the run needs (the options, the hook, the corpus, the SAE's fit to the model and its
     evaluation) is checked before the first step; the SAE is saved before its final evaluation. A step
     that meets NaN / inf stops the run and saves the SAE's last good state in OUT/last_good."""
-    from ..files import write_atomic
     from ..loading import from_pretrained
 
     cfg = _check_args(args)
@@ -155,20 +155,45 @@ def run(args: argparse.Namespace, argv: Sequence[str] | None = None) -> dict[str
     n_steps = max(1, args.n_tokens // args.batch_size)
     batches = activation_batches(model, args.hook, train_texts, args.batch_size, args.context_size, args.seed)
     out = Path(args.out)
+    command = "python -m interp_gpt.sae.training " + " ".join(shlex.quote(a) for a in (argv or []))
+    return train_save_evaluate(
+        trainer, batches, n_steps, args, out, sae.save_model, lambda: evaluate_sae(model, sae, val_tokens),
+        command, {}, "train-sae: the trained SAE is", "its",
+    )  # fmt: skip
+
+
+def train_save_evaluate(
+    trainer: Any,
+    batches: Any,
+    n_steps: int,
+    args: argparse.Namespace,
+    out: Path,
+    save: Callable[[Path], Any],
+    evaluate: Callable[[], dict[str, Any]],
+    command: str,
+    extra: dict[str, Any],
+    saved: str,
+    its: str,
+) -> dict[str, Any]:
+    """The end of a training command (train-sae, train-transcoder), in the order that loses nothing:
+    train (on a NaN stop, save the last good state to OUT/last_good and name it); save what was
+    trained; write metrics.json without validation; evaluate (an error says where the trained module
+    is); write metrics.json with it. `saved` names what was trained ("train-sae: the trained SAE is"),
+    `its` its possessive ("its"/"their"); `extra` goes into metrics.json after the validation fields."""
     start = time.perf_counter()
     try:
         log = trainer.train(batches, n_steps, progress=not args.no_progress)
     except NonFiniteTrainingError as e:
         if not e.last_good_step:  # nothing trained worth keeping
             raise
-        sae.save_model(out / "last_good")
+        save(out / "last_good")
         raise NonFiniteTrainingError(f"{e}; saved in {out / 'last_good'}", e.step, e.last_good_step) from None
     seconds = time.perf_counter() - start
-    sae.save_model(out)  # before the evaluation, which can fail
-    command = "python -m interp_gpt.sae.training " + " ".join(shlex.quote(a) for a in (argv or []))
+    save(out)  # before the evaluation, which can fail
     metrics: dict[str, Any] = {
         "validation": None,  # filled in below
         "validation_text": f"the last {args.val_frac:.0%} (cut at a newline) of each .txt file in {args.data}",
+        **extra,
         "train": {k: log[-1][k] for k in ("l0", "mse", "explained_variance", "dead_fraction")},
         "steps": trainer.n_steps,
         "train_tokens": trainer.n_tokens,
@@ -176,19 +201,17 @@ def run(args: argparse.Namespace, argv: Sequence[str] | None = None) -> dict[str
         "command": command,
     }
     write_atomic(out / "metrics.json", json.dumps(metrics, indent=2) + "\n")
+    where = f"{saved} saved in {out} (metrics.json without validation)"
     try:
-        final = evaluate_sae(model, sae, val_tokens)
+        final = evaluate()
     except (ValueError, TypeError, KeyError) as e:
-        raise ValueError(
-            f"train-sae: the trained SAE is saved in {out} (metrics.json without validation), but its "
-            f"evaluation failed: {e}"
-        ) from e
+        raise ValueError(f"{where}, but {its} evaluation failed: {e}") from e
     except Exception:  # a failure of another kind (out of memory ...): its traceback follows this line
-        print(f"train-sae: the trained SAE is saved in {out} (metrics.json without validation)", file=sys.stderr)
+        print(where, file=sys.stderr)
         raise
     metrics["validation"] = final
     write_atomic(out / "metrics.json", json.dumps(metrics, indent=2) + "\n")
-    print(json.dumps(final, indent=2))
+    print(json.dumps({k: v for k, v in final.items() if not isinstance(v, list)}, indent=2))
     return metrics
 
 

@@ -16,12 +16,10 @@ from __future__ import annotations
 
 import argparse
 import difflib
-import json
 import shlex
 import shutil
 import sys
 import tempfile
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -33,7 +31,7 @@ from .clt import _CLT_FILE, CLTConfig, CrossLayerTranscoder, save_clt
 from .config import SAEMetadata
 from .data import activation_batches, split_corpus, token_windows
 from .train_command import _check_args as _check_sae_args
-from .trainer import NonFiniteTrainingError
+from .train_command import train_save_evaluate
 from .transcoder import Transcoder, save_transcoders
 from .transcoder_config import TranscoderConfig
 from .transcoder_evaluation import evaluate_transcoders
@@ -214,7 +212,6 @@ def _try_save(tcs: Any, out: Path, fmt: str | None) -> None:
 
 def run(args: argparse.Namespace, argv: Sequence[str] | None = None) -> dict[str, Any]:
     """Train and save one transcoder set from parsed arguments; returns the metrics written to metrics.json."""
-    from ..files import write_atomic
     from ..loading import from_pretrained
 
     cfg = _check_args(args)
@@ -241,47 +238,13 @@ def run(args: argparse.Namespace, argv: Sequence[str] | None = None) -> dict[str
     _try_save(tcs, out, args.format)
     n_steps = max(1, args.n_tokens // args.batch_size)
     batches = activation_batches(model, trainer.hooks, train_texts, args.batch_size, args.context_size, args.seed)
-    start = time.perf_counter()
-    try:
-        log = trainer.train(batches, n_steps, progress=not args.no_progress)
-    except NonFiniteTrainingError as e:
-        if not e.last_good_step:  # nothing trained worth keeping
-            raise
-        _save(tcs, out / "last_good", args.format)
-        raise NonFiniteTrainingError(f"{e}; saved in {out / 'last_good'}", e.step, e.last_good_step) from None
-    seconds = time.perf_counter() - start
-    _save(tcs, out, args.format)  # before the evaluation, which can fail
     command = f"{_PROG} " + " ".join(shlex.quote(a) for a in (argv or []))
-    metrics: dict[str, Any] = {
-        "validation": None,  # filled in below
-        "validation_text": f"the last {args.val_frac:.0%} (cut at a newline) of each .txt file in {args.data}",
-        "kind": args.kind,
-        "architecture": args.architecture,
-        "layers": layers,
-        "train": {k: log[-1][k] for k in ("l0", "mse", "explained_variance", "dead_fraction")},
-        "steps": trainer.n_steps,
-        "train_tokens": trainer.n_tokens,
-        "train_seconds": round(seconds, 1),
-        "command": command,
-    }
-    write_atomic(out / "metrics.json", json.dumps(metrics, indent=2) + "\n")
-    try:
-        final = evaluate_transcoders(model, tcs, val_tokens)
-    except (ValueError, TypeError, KeyError) as e:
-        raise ValueError(
-            f"train-transcoder: the trained transcoders are saved in {out} (metrics.json without validation), but "
-            f"their evaluation failed: {e}"
-        ) from e
-    except Exception:
-        print(
-            f"train-transcoder: the trained transcoders are saved in {out} (metrics.json without validation)",
-            file=sys.stderr,
-        )
-        raise
-    metrics["validation"] = final
-    write_atomic(out / "metrics.json", json.dumps(metrics, indent=2) + "\n")
-    print(json.dumps({k: v for k, v in final.items() if not isinstance(v, list)}, indent=2))
-    return metrics
+    return train_save_evaluate(
+        trainer, batches, n_steps, args, out, lambda path: _save(tcs, path, args.format),
+        lambda: evaluate_transcoders(model, tcs, val_tokens), command,
+        {"kind": args.kind, "architecture": args.architecture, "layers": layers},
+        "train-transcoder: the trained transcoders are", "their",
+    )  # fmt: skip
 
 
 def run_command(args: argparse.Namespace) -> int:
