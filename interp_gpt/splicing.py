@@ -481,13 +481,16 @@ class SplicingMixin:
     ) -> Iterator[Any]:
         """Context in which `transcoders` replace the activations they write (a per-layer transcoder:
         `blocks.L.hook_mlp_out`, the MLP's output, from what it reads: `blocks.L.ln2.hook_normalized`);
-        any module with the splicing protocol (see interp_gpt.splicing) is taken. As `saes(...)`. A
+        any module with the splicing protocol (see interp_gpt.splicing) is taken, a CrossLayerTranscoder
+        too (every layer's MLP, each from the features of its own and the earlier layers). As `saes(...)`. A
         transcoder made for other weights than the model's (raw / processed) is converted exactly by its
         `splice_hooks`, or refused by name (see interp_gpt.sae.transcoder_processing).
 
         Example:
             >>> with model.transcoders(tcs, use_error_term=True):
             ...     _, cache = model.run_with_cache(tokens)   # cache["blocks.0.hook_mlp_out.hook_sae_acts_post"]
+            >>> with model.transcoders(shipped_clt()):           # a CLT: layer 0's features decode into layer 1 too
+            ...     logits = model(tokens)
         """
         with self.saes(transcoders, use_error_term=use_error_term):
             yield self

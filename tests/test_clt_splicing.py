@@ -289,6 +289,23 @@ def test_a_failed_pass_keeps_nothing(model: GPT, tokens: Tensor) -> None:
             torch.testing.assert_close(model(tokens), replaced(model, clt, tokens), atol=1e-5, rtol=1e-5)
 
 
+def test_passes_run_past_model_call_share_the_bottom_frame_but_not_their_features(model: GPT, tokens: Tensor) -> None:
+    """`model.forward(...)` pushes no frame: a pass's layer 0 starts afresh, so the clean features a hook
+    made one pass compute are not the next pass's."""
+    clt = make_clt(model, "relu")
+    a, b = tokens[:2], tokens[1:]
+    zero_all = (FEATS, lambda x, hook: torch.zeros_like(x))
+    watch_1 = ("blocks.1.hook_mlp_out.hook_sae_acts_post", lambda x, hook: None)
+    with torch.no_grad(), model.transcoders(clt, use_error_term=True):
+        with model.hooks(fwd_hooks=[zero_all]):
+            model.forward(a)  # layer 0's clean features computed, then the pass ends past model(...)
+        with model.hooks(fwd_hooks=[watch_1]):
+            got = model.forward(b)  # layer 1's clean pass: from this pass's layer 0
+    with torch.no_grad():
+        want = model.run_with_hooks(b, fwd_hooks=[(LN2.format(i), lambda x, hook: None) for i in range(2)])
+    assert torch.equal(got, want)
+
+
 # ----------------------------------------------------------------------------
 # splicing in and out; refusals
 # ----------------------------------------------------------------------------

@@ -6,9 +6,10 @@ MLP outputs of that layer and every later one.
 
 `W_dec[l]` is [d_sae, n_layers - l, d_out]: layer l's decoders into layers l, l+1, ... (circuit-tracer's
 layout). The activations are a PLT's (see transcoder.activate). Each layer has the SAE's hook points
-under `layers.{l}` (`layers.{l}.hook_sae_acts_post` ...): a splice reads layer l's input at
-`clt.input_hook(l)`, calls `encode_layer(x, l)`, and writes `decode_layer(acts, m, x_m)` at
-`clt.output_hook(m)` from the activations of layers 0..m.
+under `layers.{l}` (`layers.{l}.hook_sae_acts_post` ...). `with model.transcoders(clt)` splices it as one
+view per layer (`splice_parts()`, see clt_splice): view l reads layer l's input at `clt.input_hook(l)`,
+encodes it once per pass, and writes layer l's prediction at `clt.output_hook(l)` from the features of
+layers 0..l of that pass; spliced, layer l's hook points are `blocks.l.hook_mlp_out.hook_sae_*`.
 
 Files: circuit-tracer's CLT folder (read from safety-research/circuit-tracer's
 `transcoder/cross_layer_transcoder.py` and `utils/hf_utils.py`): `config.yaml` with
