@@ -49,6 +49,19 @@ below spells it out for the type checker; `interp_gpt.sae.SAE` follows it):
     dtype, device                                must equal the model's
     extra_repr() -> str                          what error messages and repr show of it
 
+and, optionally (a module whose parts share what they compute in a pass: a cross-layer transcoder):
+
+    splice_parts() -> Sequence[Spliceable]       splice these instead of the module itself (a CLT: one
+                                                 view per layer, each reading layer l, writing layer l)
+    splice_state: object                         modules with the same `splice_state` share one dict per
+                                                 pass (per thread, per pass, in the frames of the read
+                                                 values: dropped at the pass's end and on error), given
+                                                 to splice_forward as `state=` (a CLT keeps each layer's
+                                                 features there for the later layers' decoders)
+    splice_has_hooks() -> bool                   whether a hook could change its output (default: one
+                                                 of its inner hook points has hooks); the error term's
+                                                 clean pass runs when it does
+
 Spliced modules act in every thread's passes (like `add_hook`), until removed. Nothing here imports a
 feature package: an SAE's checks live in its `splice_hooks` (interp_gpt.sae).
 """
@@ -72,6 +85,7 @@ if TYPE_CHECKING:
 __all__ = ["Spliceable", "SplicedHookPoint", "SplicingMixin"]
 
 _OWN = ("hook_sae_error", "hook_sae_output")  # the points the mechanism runs; the module runs the rest
+_STATE = "splice_state"  # a frame's key for the dicts of modules sharing a splice_state
 
 
 class Spliceable(Protocol):
@@ -113,7 +127,7 @@ class _Reads:
     def __init__(self) -> None:
         self._local = threading.local()
 
-    def _frames(self) -> list[dict[str, list[Any]]]:
+    def _frames(self) -> list[dict[Any, list[Any]]]:
         frames = getattr(self._local, "frames", None)
         if frames is None:
             frames = self._local.frames = [{}]
@@ -130,6 +144,10 @@ class _Reads:
     def clear(self) -> None:
         """Drop every thread's frames (when no hook is read any more)."""
         self._local = threading.local()
+
+    def state(self, key: object) -> dict[Any, Any]:
+        """The dict the modules sharing `key` (their `splice_state`) keep for this pass."""
+        return self._frames()[-1].setdefault((_STATE, id(key)), [{}, key])[0]  # key kept: its id stays its own
 
     def put(self, name: str, x: Tensor, readers: int) -> None:
         self._frames()[-1][name] = [x, readers]
@@ -183,7 +201,9 @@ class SplicedHookPoint(HookPoint):
         self.reads = reads
         self.readers = 0  # how many spliced modules read this point's output (set by the mixin)
         self._inner: tuple[str, ...] = ()
+        self._names: dict[str, str | None] = {}  # the module's own names of its hook points, given back on release
         if sae is not None:
+            self._names = {n: getattr(sae, n).name for n in sae.hook_names}
             self._inner = tuple(n for n in sae.hook_names if n not in _OWN)
             for name in self._inner + (_OWN if use_error_term else _OWN[1:]):  # pass order
                 self.add_module(name, getattr(sae, name))
@@ -213,11 +233,13 @@ class SplicedHookPoint(HookPoint):
         m = self.module
         assert m is not None
         source = x if self.reads is None else self.store.take(self.reads, self.name)
-        recons = m.splice_forward(source)
+        key = getattr(m, "splice_state", None)
+        kw: dict[str, Any] = {} if key is None else {"state": self.store.state(key)}
+        recons = m.splice_forward(source, **kw)
         if self.use_error_term:
             with torch.no_grad():
-                if any(getattr(m, n).has_hooks for n in self._inner):
-                    clean = m.splice_forward(source, hooked=False)
+                if self._hooked(m):
+                    clean = m.splice_forward(source, hooked=False, **kw)
                 else:  # nothing could have changed the pass: it was the clean one
                     clean = recons.detach()
             base = x.detach().to(recons.dtype)
@@ -235,11 +257,24 @@ class SplicedHookPoint(HookPoint):
             out = recons
         return m.hook_sae_output(out)
 
+    def _hooked(self, m: Spliceable) -> bool:
+        """Whether a hook could have changed m's output (then the error term needs the clean pass)."""
+        asked = getattr(m, "splice_has_hooks", None)
+        if callable(asked):
+            return bool(asked())
+        return any(getattr(m, n).has_hooks for n in self._inner)
+
     def extra_repr(self) -> str:
         if self.module is None:
             return f"{self.name}, read by {self.readers} spliced module(s)"
         reads = "" if self.reads is None else f", reads={self.reads!r}"
         return f"{self.name}, sae={self.module.extra_repr()}, use_error_term={self.use_error_term}{reads}"
+
+
+def _parts(sae: Any) -> list[Any]:
+    """What splicing `sae` splices: its `splice_parts()` where it has them (a CLT's layers), else itself."""
+    parts = getattr(sae, "splice_parts", None)
+    return list(parts()) if callable(parts) else [sae]
 
 
 class SplicingMixin:
@@ -320,7 +355,12 @@ class SplicingMixin:
             >>> _, cache = model.run_with_cache("Hello")
             >>> cache["blocks.1.hook_resid_pre.hook_sae_acts_post"].shape   # [batch, pos, d_sae]
         """
-        self._splice(sae, False if use_error_term is None else use_error_term)
+        parts = _parts(sae)
+        error_term = False if use_error_term is None else use_error_term
+        for part in parts[:-1]:  # every part checked before the first goes in: all of them, or none
+            self._check_splice(part, error_term)
+        for part in parts:
+            self._splice(part, error_term)
 
     def _splice(self, sae: Spliceable, use_error_term: bool, arg: str = "sae") -> str:
         read, write = self._check_splice(sae, use_error_term, arg)
@@ -345,7 +385,7 @@ class SplicingMixin:
         """The module spliced at `point` gets its own hook names back and is free to splice again."""
         assert point.module is not None
         for n in point.module.hook_names:
-            getattr(point.module, n).name = n
+            getattr(point.module, n).name = point._names.get(n) or n
         if getattr(point.module, "_spliced_in", None) is point:
             object.__setattr__(point.module, "_spliced_in", None)
 
@@ -368,7 +408,8 @@ class SplicingMixin:
                 reader.readers = n
                 self._put(name, reader)
         handles = self.__dict__.pop("_splice_frames", None)
-        if readers:  # the frames: pushed before the model's forward, popped after it, an error too
+        shared = any(getattr(hp.module, "splice_state", None) is not None for hp in self._spliced_points())
+        if readers or shared:  # the frames: pushed before the model's forward, popped after it, an error too
             store, model = self._reads(), cast(nn.Module, self)
             handles = handles or (
                 model.register_forward_pre_hook(store.enter, prepend=True),
@@ -418,8 +459,8 @@ class SplicingMixin:
             >>> with model.saes([sae], use_error_term=True):
             ...     logits, cache = model.run_with_cache(tokens)
         """
-        one = callable(getattr(saes, "splice_hooks", None))  # one module, or a list (a ModuleList) of them
-        modules: list[Any] = [saes] if one else list(saes)  # type: ignore[arg-type]
+        one = any(callable(getattr(saes, m, None)) for m in ("splice_hooks", "splice_parts"))  # one, or a list
+        modules: list[Any] = [p for sae in ([saes] if one else list(saes)) for p in _parts(sae)]  # type: ignore[arg-type]
         before = {hp.name: (hp.module, hp.use_error_term) for hp in self._spliced_points() if hp.module is not None}
         added: list[str] = []
         try:
@@ -440,13 +481,16 @@ class SplicingMixin:
     ) -> Iterator[Any]:
         """Context in which `transcoders` replace the activations they write (a per-layer transcoder:
         `blocks.L.hook_mlp_out`, the MLP's output, from what it reads: `blocks.L.ln2.hook_normalized`);
-        any module with the splicing protocol (see interp_gpt.splicing) is taken. As `saes(...)`. A
+        any module with the splicing protocol (see interp_gpt.splicing) is taken, a CrossLayerTranscoder
+        too (every layer's MLP, each from the features of its own and the earlier layers). As `saes(...)`. A
         transcoder made for other weights than the model's (raw / processed) is converted exactly by its
         `splice_hooks`, or refused by name (see interp_gpt.sae.transcoder_processing).
 
         Example:
             >>> with model.transcoders(tcs, use_error_term=True):
             ...     _, cache = model.run_with_cache(tokens)   # cache["blocks.0.hook_mlp_out.hook_sae_acts_post"]
+            >>> with model.transcoders(shipped_clt()):           # a CLT: layer 0's features decode into layer 1 too
+            ...     logits = model(tokens)
         """
         with self.saes(transcoders, use_error_term=use_error_term):
             yield self

@@ -6,9 +6,10 @@ MLP outputs of that layer and every later one.
 
 `W_dec[l]` is [d_sae, n_layers - l, d_out]: layer l's decoders into layers l, l+1, ... (circuit-tracer's
 layout). The activations are a PLT's (see transcoder.activate). Each layer has the SAE's hook points
-under `layers.{l}` (`layers.{l}.hook_sae_acts_post` ...): a splice reads layer l's input at
-`clt.input_hook(l)`, calls `encode_layer(x, l)`, and writes `decode_layer(acts, m, x_m)` at
-`clt.output_hook(m)` from the activations of layers 0..m.
+under `layers.{l}` (`layers.{l}.hook_sae_acts_post` ...). `with model.transcoders(clt)` splices it as one
+view per layer (`splice_parts()`, see clt_splice): view l reads layer l's input at `clt.input_hook(l)`,
+encodes it once per pass, and writes layer l's prediction at `clt.output_hook(l)` from the features of
+layers 0..l of that pass; spliced, layer l's hook points are `blocks.l.hook_mlp_out.hook_sae_*`.
 
 Files: circuit-tracer's CLT folder (read from safety-research/circuit-tracer's
 `transcoder/cross_layer_transcoder.py` and `utils/hf_utils.py`): `config.yaml` with
@@ -36,6 +37,7 @@ from torch import Tensor, nn
 from ..files import atomic_folder, atomic_path
 from ..hooks import HookPoint
 from ..sources import CheckpointError
+from .clt_splice import CLTLayer
 from .config import SAEMetadata, dtype_name, parse_dtype
 from .transcoder import activate
 from .transcoder_config import TranscoderConfig
@@ -122,11 +124,11 @@ class CLTConfig:
 
 
 class _LayerHooks(nn.Module):
-    """One layer's hook points, with the SAE's names."""
+    """One layer's hook points, with the SAE's names (hook_sae_error: the error term's, while spliced)."""
 
     def __init__(self) -> None:
         super().__init__()
-        for name in _HOOK_NAMES:
+        for name in _HOOK_NAMES + ("hook_sae_error",):
             setattr(self, name, HookPoint())
 
 
@@ -166,7 +168,7 @@ class CrossLayerTranscoder(nn.Module):
             self.threshold = zeros(n, cfg.d_sae)
         self.layers = nn.ModuleList([_LayerHooks() for _ in range(n)])
         for i, hooks in enumerate(self.layers):
-            for name in _HOOK_NAMES:
+            for name in _HOOK_NAMES + ("hook_sae_error",):
                 getattr(hooks, name).name = f"layers.{i}.{name}"
         if device.type != "meta":
             self.init_weights()
@@ -230,12 +232,17 @@ class CrossLayerTranscoder(nn.Module):
     def encode_layer(self, x: Float[Tensor, "... d_in"], layer: int) -> Float[Tensor, "... d_sae"]:
         """Layer `layer`'s feature activations from its input `x`."""
         layer = self._layer(layer, "CrossLayerTranscoder.encode_layer")
-        x = self._hp(layer, "hook_sae_input")(
-            self._check(x, "x", self.cfg.d_in, "d_in", "CrossLayerTranscoder.encode_layer")
-        )
-        pre = self._hp(layer, "hook_sae_acts_pre")(x @ self.W_enc[layer] + self.b_enc[layer])
+        return self._encode(self._check(x, "x", self.cfg.d_in, "d_in", "CrossLayerTranscoder.encode_layer"), layer)
+
+    def _encode(self, x: Tensor, layer: int, hooked: bool = True) -> Tensor:
+        """encode_layer's arithmetic on checked input; `hooked=False` past the hook points."""
+        hp = self._hooks(layer, hooked)
+        pre = hp("hook_sae_acts_pre")(hp("hook_sae_input")(x) @ self.W_enc[layer] + self.b_enc[layer])
         threshold = self.threshold[layer] if self.cfg.architecture == "jumprelu" else None
-        return self._hp(layer, "hook_sae_acts_post")(activate(pre, self.cfg, threshold))
+        return hp("hook_sae_acts_post")(activate(pre, self.cfg, threshold))
+
+    def _hooks(self, layer: int, hooked: bool) -> Any:
+        return (lambda name: self._hp(layer, name)) if hooked else (lambda name: _identity)
 
     def decode_layer(
         self, acts: Float[Tensor, "src ... d_sae"], layer: int, x: Float[Tensor, "... d_in"] | None = None
@@ -247,12 +254,20 @@ class CrossLayerTranscoder(nn.Module):
         acts = self._check(acts, "acts", self.cfg.d_sae, "d_sae", caller, lead=1)
         if acts.shape[0] < layer + 1:
             raise ValueError(f"{caller}: acts holds {acts.shape[0]} layers; layer {layer} needs layers 0..{layer}")
-        out = self.b_dec[layer] + sum(acts[s] @ self.W_dec[s][:, layer - s] for s in range(layer + 1))
         if self.cfg.skip:
             if x is None:
                 raise ValueError(f"{caller}: x: a skip CLT adds x @ W_skip[layer].T; pass layer {layer}'s input")
-            out = out + self._check(x, "x", self.cfg.d_in, "d_in", caller) @ self.W_skip[layer].T
-        return self._hp(layer, "hook_sae_recons")(out)
+            x = self._check(x, "x", self.cfg.d_in, "d_in", caller)
+        return self._decode(acts, layer, x)
+
+    def _decode(self, acts: Any, layer: int, x: Tensor | None, hooked: bool = True) -> Tensor:
+        """decode_layer's arithmetic on checked input (`acts[s]` for s <= layer: a stacked tensor or a
+        list); `hooked=False` past the hook points."""
+        out = self.b_dec[layer] + sum(acts[s] @ self.W_dec[s][:, layer - s] for s in range(layer + 1))
+        if self.cfg.skip:
+            assert x is not None
+            out = out + x @ self.W_skip[layer].T
+        return self._hooks(layer, hooked)("hook_sae_recons")(out)
 
     # ----- every layer at once -------------------------------------------------------------------
     def encode(self, xs: Float[Tensor, "n_layers ... d_in"]) -> Float[Tensor, "n_layers ... d_sae"]:
@@ -277,6 +292,14 @@ class CrossLayerTranscoder(nn.Module):
         out = self.decode(self.encode(xs), xs if self.cfg.skip else None)
         return torch.stack([self._hp(m, "hook_sae_output")(out[m]) for m in range(self.n_layers)])
 
+    def splice_parts(self) -> list[CLTLayer]:
+        """What `model.transcoders(clt)` splices: one view per layer (see interp_gpt.sae.clt_splice), each
+        reading `input_hook(l)` and writing `output_hook(l)` from the features of layers 0..l of that pass."""
+        views = self.__dict__.get("_splice_views")
+        if views is None:
+            views = self.__dict__["_splice_views"] = [CLTLayer(self, i) for i in range(self.n_layers)]
+        return list(views)
+
     def converted_to(self, model: Any) -> CrossLayerTranscoder:
         """A new CLT computing on `model`'s weights exactly what this one computes on the weights it was made
         for (cfg.metadata.model_processing), layer by layer as `Transcoder.converted_to`; a ValueError
@@ -298,6 +321,10 @@ class CrossLayerTranscoder(nn.Module):
         c = self.cfg
         extra = (f", k={c.k}" if c.architecture == "topk" else "") + (", skip" if c.skip else "")
         return f"{c.architecture}, n_layers={c.n_layers}, d_in={c.d_in}, d_sae={c.d_sae}, d_out={c.d_out}{extra}"
+
+
+def _identity(x: Tensor) -> Tensor:
+    return x
 
 
 # ----------------------------------------------------------------------------------------------

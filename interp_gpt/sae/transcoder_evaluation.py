@@ -5,9 +5,8 @@
 * dead fraction: features that never fire on these tokens;
 * CE loss recovered: `(CE_zero_ablation - CE_spliced) / (CE_zero_ablation - CE_clean)`, where every
   output hook the set writes (`blocks.L.hook_mlp_out`) is replaced at once, without an error term: by
-  zeros (zero ablation) or by the transcoders' predictions from that run's own inputs (spliced: PLTs
-  through `model.transcoders(...)`, a CLT through plain hooks that read layer l's input, encode it, and
-  write layer m's output from the features of layers 0..m).
+  zeros (zero ablation) or by the transcoders' predictions from that run's own inputs (spliced through
+  `model.transcoders(...)`: a CLT's layer m from the features of layers 0..m of that run).
 The first four are measured on the clean run's activations.
 """
 
@@ -134,11 +133,8 @@ def evaluate_transcoders(model: Any, transcoders: Any, tokens: Tensor, batch_siz
             y_total[j] = y.sum(0) if y_total[j] is None else y_total[j] + y.sum(0)  # type: ignore[operator]
             l0_sum[j] += float((acts[j] != 0).sum())
         n_rows += xs.shape[1]
-        if clt is not None:
-            ce["spliced"] += float(_clt_spliced_loss(model, clt, pairs, t)) * w
-        else:
-            with model.transcoders(tcs):
-                ce["spliced"] += float(model(t, return_type="loss")) * w
+        with model.transcoders(tcs if clt is None else clt):
+            ce["spliced"] += float(model(t, return_type="loss")) * w
         zeroed = [(b, zero) for _, b in pairs]
         ce["zero"] += float(model.run_with_hooks(t, return_type="loss", fwd_hooks=zeroed)) * w
     for j in range(n_set):
@@ -163,27 +159,3 @@ def evaluate_transcoders(model: Any, transcoders: Any, tokens: Tensor, batch_siz
         "ce_loss_recovered": (ce["zero"] - ce["spliced"]) / (ce["zero"] - ce["clean"]),
         "n_tokens": float(n_rows),
     }
-
-
-def _clt_spliced_loss(model: Any, clt: CrossLayerTranscoder, pairs: list[tuple[str, str]], tokens: Tensor) -> Tensor:
-    """The loss with every layer's output replaced by the CLT's prediction from this run's inputs."""
-    inputs: dict[int, Tensor] = {}
-    acts: dict[int, Tensor] = {}
-
-    def read(layer: int) -> Any:
-        def hook(x: Tensor, hook: Any) -> None:
-            inputs[layer] = x.to(clt.dtype)
-            acts[layer] = clt.encode_layer(inputs[layer], layer)
-
-        return hook
-
-    def write(layer: int) -> Any:
-        def hook(y: Tensor, hook: Any) -> Tensor:
-            stacked = torch.stack([acts[s] for s in range(layer + 1)])
-            out = clt.decode_layer(stacked, layer, inputs[layer] if clt.cfg.skip else None)
-            return out.to(y.dtype)
-
-        return hook
-
-    hooks = [(a, read(i)) for i, (a, _) in enumerate(pairs)] + [(b, write(i)) for i, (_, b) in enumerate(pairs)]
-    return model.run_with_hooks(tokens, return_type="loss", fwd_hooks=hooks)
