@@ -84,3 +84,5 @@ def test_readme_transcoders_example_runs(tmp_path: Path) -> None:
     for a, b in zip(tcs, namespace["back"], strict=True):
         assert torch.equal(a.W_enc, b.W_enc)
     assert isinstance(namespace["clt"], CrossLayerTranscoder)
+    assert not torch.allclose(namespace["clt_logits"], plain, atol=1e-3)
+    assert not torch.allclose(namespace["clt_logits"], namespace["logits"], atol=1e-3)
