@@ -76,7 +76,11 @@ class Frozen:
                 a[0] = 0  # position 0 (the BOS) is no node's value
             self.errors = []
             for i in range(self.n):
-                rec = tcs.decode_layer(torch.stack(self.acts), i, self.x[i]) if self.clt else tcs[i].decode(self.acts[i], self.x[i])
+                rec = (
+                    tcs.decode_layer(torch.stack(self.acts), i, self.x[i])
+                    if self.clt
+                    else tcs[i].decode(self.acts[i], self.x[i])
+                )
                 err = self.mlp_out[i] - rec
                 err[0] = 0
                 self.errors.append(err)
@@ -131,7 +135,9 @@ class Frozen:
         with torch.no_grad(), self.model.hooks(fwd_hooks=hooks):
             resid = self.model(self.tokens[None], stop_at_layer=self.n)
             ln = self.model.ln_final
-            out["final"] = ((resid[0] - resid[0].mean(-1, keepdim=True)) / self.cache["ln_final.hook_scale"][0]) * ln.w + ln.b
+            out["final"] = (
+                (resid[0] - resid[0].mean(-1, keepdim=True)) / self.cache["ln_final.hook_scale"][0]
+            ) * ln.w + ln.b
         return [xs[i] for i in range(self.n)], out["final"]
 
     def targets(self, graph: AttributionGraph, xs: list[torch.Tensor], final: torch.Tensor) -> torch.Tensor:
@@ -214,7 +220,9 @@ def test_max_feature_nodes_keeps_the_most_influential(tiny_model: GPT) -> None:
     keep = torch.cat([part.selected_features, torch.arange(full.n_features, full.adjacency_matrix.shape[0])])
     rows = torch.cat([torch.arange(10), torch.arange(n_nodes - part.n_logits, n_nodes)])
     full_rows = keep[rows]
-    torch.testing.assert_close(part.adjacency_matrix[rows], full.adjacency_matrix[full_rows][:, keep], rtol=0, atol=1e-6)
+    torch.testing.assert_close(
+        part.adjacency_matrix[rows], full.adjacency_matrix[full_rows][:, keep], rtol=0, atol=1e-6
+    )
 
 
 def test_custom_direction_targets(tiny_model: GPT) -> None:
@@ -225,18 +233,36 @@ def test_custom_direction_targets(tiny_model: GPT) -> None:
     diff = attribute(tiny_model, TOKENS, tcs, attribution_targets=[("3 - 11", 1.0, W_U[:, 3] - W_U[:, 11])])
     assert diff.logit_targets[0].token_str == "3 - 11" and diff.logit_targets[0].vocab_idx == tiny_model.cfg.d_vocab
     a = both.adjacency_matrix
-    torch.testing.assert_close(diff.adjacency_matrix[-1, :-1], (a[-2] - a[-1])[:-2], rtol=0, atol=1e-5 * float(a.abs().max()))
+    torch.testing.assert_close(
+        diff.adjacency_matrix[-1, :-1], (a[-2] - a[-1])[:-2], rtol=0, atol=1e-5 * float(a.abs().max())
+    )
 
 
 def test_shipped_tiny_gpt2_transcoders_build_a_graph() -> None:
-    from interp_gpt.sae.data import shipped_clt, shipped_transcoders
+    from interp_gpt.sae.training import shipped_clt, shipped_transcoders
 
     model = GPT.from_pretrained("tiny-gpt2")
     prompt = "The cat sat on the mat because it was warm"
     graph = attribute(model, prompt, shipped_transcoders(model))
     tokens = model.to_tokens(prompt)[0]  # the BOS first
     assert torch.equal(graph.input_tokens, tokens) and graph.input_string == model.to_string(tokens)
-    assert graph.n_features > 0 and graph.adjacency_matrix.shape[0] == graph.n_features + 3 * graph.n_pos + graph.n_logits
+    assert (
+        graph.n_features > 0 and graph.adjacency_matrix.shape[0] == graph.n_features + 3 * graph.n_pos + graph.n_logits
+    )
     assert graph.adjacency_matrix[-graph.n_logits :].abs().sum() > 0
     clt_graph = attribute(model, prompt, shipped_clt(), max_feature_nodes=16)
     assert clt_graph.n_features == 16
+
+
+def test_the_docstring_example_runs() -> None:
+    import doctest
+    import importlib
+
+    module = importlib.import_module("interp_gpt.attribution.attribute")  # (the package's `attribute` is the function)
+
+    runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
+    tests = doctest.DocTestFinder(recurse=False).find(module)
+    assert sum(len(t.examples) for t in tests) >= 5
+    for test in tests:
+        runner.run(test)
+    assert runner.summarize(verbose=False).failed == 0

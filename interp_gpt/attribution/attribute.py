@@ -25,7 +25,7 @@ token embeddings of a prompt and its next-token logits, in a local replacement m
 Example (tiny-gpt2 and its shipped transcoders):
     >>> from interp_gpt import GPT
     >>> from interp_gpt.attribution import attribute
-    >>> from interp_gpt.sae import shipped_transcoders
+    >>> from interp_gpt.sae.training import shipped_transcoders
     >>> model = GPT.from_pretrained("tiny-gpt2")
     >>> graph = attribute(model, "The cat sat on the mat because", shipped_transcoders(model))
     >>> graph.adjacency_matrix.shape[0] == graph.n_features + graph.n_errors + graph.n_pos + graph.n_logits
