@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+from .attribute import attribute
 from .graph import AttributionGraph, LogitTarget
 
-__all__ = ["AttributionGraph", "LogitTarget"]
+__all__ = ["AttributionGraph", "LogitTarget", "attribute"]

@@ -1,0 +1,336 @@
+"""`attribute`: an attribution graph of the direct, linear effects between the features, error nodes and
+token embeddings of a prompt and its next-token logits, in a local replacement model -- circuit-tracer's
+`attribute`, on our hook points, offline. The algorithm of the 2025 "Attribution Graphs" paper
+(https://transformer-circuits.pub/2025/attribution-graphs/methods.html), in its phases:
+
+0. **Local replacement model** (replacement.py) -- attention patterns and LayerNorm scales frozen and the
+   MLPs replaced by the transcoders, by hooks on an unchanged model: gradients flow only through the
+   linear parts of the network, so every direct effect is one gradient.
+1. **Forward pass** (replacement.py) -- one pass of `batch_size` copies of the prompt records each layer's
+   transcoder input, MLP output and the token embeddings, and marks every active feature (position 0,
+   the BOS, is zeroed: its features and error vectors are no nodes' values).
+2. **Logit targets** (targets.py) -- the top logits by probability until `desired_logit_prob` or
+   `max_n_logits`, or the targets given; each a demeaned unembedding direction through the frozen ln_final.
+3. **Logit attribution** -- one backward pass per batch of logit targets: a target's row holds, for every
+   source, the gradient at the source's place dotted with the source's vector: a feature's activation
+   times its decoder row(s), an error node's error vector, an embedding's `W_E[token]`.
+4. **Feature attribution** -- the same for feature targets (the gradient injected is the feature's encoder
+   row at its input: the target is its pre-activation); with `max_feature_nodes`, the features are visited
+   in order of their influence on the logits so far (recomputed every `update_interval` batches), and only
+   those visited become nodes.
+5. **Assemble graph** -- `adjacency_matrix[target, source]` in circuit-tracer's node order (features by
+   layer, pos, feature; error nodes by layer, pos; embeddings by pos; logits), rows of error and embedding
+   nodes zero (nothing in the graph writes them), as an `AttributionGraph`.
+
+Example (tiny-gpt2 and its shipped transcoders):
+    >>> from interp_gpt import GPT
+    >>> from interp_gpt.attribution import attribute
+    >>> from interp_gpt.sae.training import shipped_transcoders
+    >>> model = GPT.from_pretrained("tiny-gpt2")
+    >>> graph = attribute(model, "The cat sat on the mat because", shipped_transcoders(model))
+    >>> graph.adjacency_matrix.shape[0] == graph.n_features + graph.n_errors + graph.n_pos + graph.n_logits
+    True
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import Tensor
+from tqdm.auto import tqdm  # type: ignore[import-untyped]
+
+from ..checks import check_int_in_range, check_token_ids
+from ..sae.clt import CrossLayerTranscoder
+from ..sae.transcoder import Transcoder, check_transcoder_fits
+from .graph import AttributionGraph
+from .replacement import ForwardPass, Readers, run_forward
+from .targets import logit_targets
+
+__all__ = ["attribute"]
+
+_CALLER = "attribute"
+_ZERO_POSITIONS = slice(0, 1)  # the BOS: its features and error vectors are zeroed, as circuit-tracer does
+
+
+def attribute(
+    model: Any,
+    prompt: str | Tensor | list[int],
+    transcoders: list[Transcoder] | CrossLayerTranscoder,
+    *,
+    attribution_targets: Any = None,
+    max_n_logits: int = 10,
+    desired_logit_prob: float = 0.95,
+    max_feature_nodes: int | None = None,
+    batch_size: int = 64,
+    update_interval: int = 4,
+    verbose: bool = False,
+) -> AttributionGraph:
+    """The attribution graph of `prompt`'s next token (see the module's docs for the phases).
+
+    Args:
+        model: a `GPT`.
+        prompt: text, or token ids (a list or a 1-D tensor). A BOS is put first unless the prompt
+            starts with the tokenizer's BOS, EOS or pad token (position 0 is no node's value).
+        transcoders: one `Transcoder` per layer (a list, layer 0 first; every layer needs one) or a
+            `CrossLayerTranscoder`, reading `blocks.L.ln2.hook_normalized` (or another hook of block L
+            before its MLP) and writing `blocks.L.hook_mlp_out`.
+        attribution_targets: None (the top logits), token ids, token strings, or (label, weight,
+            direction [d_model]) tuples (see targets.py).
+        max_n_logits, desired_logit_prob: how many top logits, when attribution_targets is None.
+        max_feature_nodes: at most this many feature nodes, the most influential (None: every active feature).
+        batch_size: targets per backward pass (and copies of the prompt in the one forward pass).
+        update_interval: batches between re-rankings of the features by influence.
+        verbose: a progress bar over the feature targets.
+    """
+    readers = _check_transcoders(model, transcoders)
+    tokens = _prompt_tokens(model, prompt)
+    check_int_in_range(max_n_logits, "max_n_logits", 1, None, caller=_CALLER)
+    if isinstance(desired_logit_prob, bool) or not isinstance(desired_logit_prob, (int, float)):
+        raise TypeError(f"{_CALLER}: desired_logit_prob={desired_logit_prob!r}: expected a number in (0, 1]")
+    if not 0 < desired_logit_prob <= 1:
+        raise ValueError(f"{_CALLER}: desired_logit_prob={desired_logit_prob!r}: expected a number in (0, 1]")
+    if max_feature_nodes is not None:
+        check_int_in_range(max_feature_nodes, "max_feature_nodes", 1, None, caller=_CALLER)
+    check_int_in_range(batch_size, "batch_size", 1, None, caller=_CALLER)
+    check_int_in_range(update_interval, "update_interval", 1, None, caller=_CALLER)
+
+    # Phases 0 and 1: the local replacement model and its forward pass
+    fwd = run_forward(model, tokens, readers, batch_size, _ZERO_POSITIONS)
+    n_layers, n_pos = model.cfg.n_layers, tokens.shape[0]
+    acts = torch.stack(fwd.activations)  # [n_layers, pos, d_sae]
+    active = acts.nonzero()  # [n_active, 3] (layer, pos, feature), in that order
+    values = acts[tuple(active.T)]
+    n_active = active.shape[0]
+    sources = _Sources(model, readers, fwd, active, values)
+
+    # Phase 2: the logit targets
+    targets, probs, vecs = logit_targets(model, fwd.logits[-1], attribution_targets, max_n_logits, desired_logit_prob)
+    n_logits = len(targets)
+    logit_offset = n_active + (n_layers + 1) * n_pos
+    total = logit_offset + n_logits
+    n_keep = n_active if max_feature_nodes is None else min(max_feature_nodes, n_active)
+    edges = torch.zeros(n_keep + n_logits, total)  # rows: logits first, then features as visited
+    row_node = torch.zeros(n_keep + n_logits, dtype=torch.long)  # the node each row belongs to
+
+    # Phase 3: logit attribution
+    for i in range(0, n_logits, batch_size):
+        vec = vecs[i : i + batch_size]
+        layers = torch.full((vec.shape[0],), n_layers)
+        edges[i : i + vec.shape[0], :logit_offset] = sources.rows(layers, torch.full_like(layers, n_pos - 1), vec)
+        row_node[i : i + vec.shape[0]] = torch.arange(i, i + vec.shape[0]) + logit_offset
+
+    # Phase 4: feature attribution (by influence when max_feature_nodes limits them)
+    st, visited = n_logits, torch.zeros(n_active, dtype=torch.bool)
+    encoders = sources.encoder_rows()
+    bar = tqdm(total=n_keep, desc="Feature attribution", disable=not verbose)
+    while int(visited.sum()) < n_keep:
+        if n_keep == n_active:
+            pending = torch.arange(n_active)
+        else:
+            influence = _partial_influence(edges[:st], probs, row_node[:st])[:n_active]
+            ranked = torch.argsort(influence, descending=True)
+            pending = ranked[~visited[ranked]][: min(update_interval * batch_size, n_keep - int(visited.sum()))]
+        for batch in pending.split(batch_size):
+            rows = sources.rows(active[batch, 0], active[batch, 1], encoders[batch])
+            edges[st : st + len(batch), :logit_offset] = rows
+            row_node[st : st + len(batch)] = batch
+            visited[batch] = True
+            st += len(batch)
+            bar.update(len(batch))
+    bar.close()
+
+    # Phase 5: assemble the graph
+    selected = torch.where(visited)[0]
+    if n_keep < n_active:
+        edges = edges[:, torch.cat([selected, torch.arange(n_active, total)])]
+    edges = edges[row_node.argsort()]
+    n_nodes = edges.shape[1]
+    adjacency = torch.zeros(n_nodes, n_nodes)
+    adjacency[:n_keep] = edges[:n_keep]
+    adjacency[n_nodes - n_logits :] = edges[n_keep:]
+    tok = getattr(model, "tokenizer", None)
+    return AttributionGraph(
+        input_string=str(model.to_string(tokens)) if tok is not None else "",
+        input_tokens=tokens,
+        logit_targets=targets,
+        logit_probabilities=probs.detach().float(),
+        active_features=active,
+        activation_values=values.detach().float(),
+        selected_features=selected,
+        adjacency_matrix=adjacency,
+        cfg=model.cfg,
+        vocab_size=int(model.cfg.d_vocab),
+    )
+
+
+class _Sources:
+    """Phases 3 and 4's backward passes: the rows of direct effects for a batch of targets."""
+
+    def __init__(self, model: Any, readers: Readers, fwd: ForwardPass, active: Tensor, values: Tensor):
+        self.fwd, self.readers, self.active = fwd, readers, active
+        dtype = fwd.embeds.dtype
+        # every feature's scaled decoder rows, flattened: (feature index, layer written, pos, a_s * W_dec row)
+        feat_idx, out_layer, pos, vec = [], [], [], []
+        for layer in range(model.cfg.n_layers):
+            mask = active[:, 0] == layer
+            if not mask.any():
+                continue
+            idx = torch.where(mask)[0]
+            rows, outs = readers.decoder_rows(layer, active[idx, 2])  # [n, n_out, d], [n_out]
+            scaled = (rows * values[idx, None, None]).detach().to(dtype)
+            for j, m in enumerate(outs.tolist()):
+                feat_idx.append(idx)
+                out_layer.append(torch.full_like(idx, m))
+                pos.append(active[idx, 1])
+                vec.append(scaled[:, j])
+        d = model.cfg.d_model
+        self.feat_idx = torch.cat(feat_idx) if feat_idx else torch.zeros(0, dtype=torch.long)
+        self.out_layer = torch.cat(out_layer) if out_layer else torch.zeros(0, dtype=torch.long)
+        self.pos = torch.cat(pos) if pos else torch.zeros(0, dtype=torch.long)
+        self.dec = torch.cat(vec) if vec else torch.zeros(0, d, dtype=dtype)
+        self.n_active = active.shape[0]
+        self.token_vectors = fwd.embeds[0].detach()  # [pos, d_model]: W_E[token]
+
+    def encoder_rows(self) -> Tensor:
+        """`[n_active, d_in]` each active feature's encoder row (what its pre-activation reads)."""
+        enc = torch.zeros(self.n_active, self.fwd.inputs[0].shape[-1], dtype=self.readers.dtype)
+        for layer in self.active[:, 0].unique().tolist():
+            mask = self.active[:, 0] == layer
+            enc[mask] = self.readers.encoder(layer)[:, self.active[mask, 2]].T.detach()
+        return enc
+
+    def rows(self, layers: Tensor, positions: Tensor, inject: Tensor) -> Tensor:
+        """`[n, n_active + (n_layers + 1) * n_pos]` the direct effects on `inject[b]` read at layer `layers[b]`'s
+        input (n_layers: ln_final's output) at `positions[b]`, of every feature, error node and embedding."""
+        fwd, n = self.fwd, layers.shape[0]
+        objective = fwd.embeds.new_zeros(())
+        for layer in layers.unique().tolist():
+            mask = layers == layer
+            target = fwd.final if layer == len(fwd.inputs) else fwd.inputs[layer]
+            b = torch.where(mask)[0]
+            objective = objective + (target[b, positions[mask]] * inject[mask].to(target.dtype)).sum()
+        places = [*fwd.mlp_outs, fwd.embeds]
+        raw = torch.autograd.grad(objective, places, retain_graph=True, allow_unused=True)
+        grads = [torch.zeros_like(p) if g is None else g for g, p in zip(raw, places, strict=True)]
+        g_mlp = torch.stack(grads[:-1])[:, :n]  # [n_layers, n, pos, d_model]
+        out = torch.zeros(n, self.n_active, dtype=g_mlp.dtype)
+        if self.dec.shape[0]:
+            per_row = torch.einsum("kbd,kd->kb", g_mlp[self.out_layer, :, self.pos], self.dec)
+            out.index_add_(1, self.feat_idx, per_row.T)
+        errors = torch.einsum("lbpd,lpd->blp", g_mlp, fwd.errors.to(g_mlp.dtype)).flatten(1)
+        embeds = torch.einsum("bpd,pd->bp", grads[-1][:n], self.token_vectors)
+        return torch.cat([out, errors, embeds], dim=1).float()
+
+
+def _partial_influence(edges: Tensor, weights: Tensor, row_node: Tensor, max_iter: int = 128) -> Tensor:
+    """Each node's influence on the logits through the rows computed so far (circuit-tracer's partial
+    influence): the logits' weights pushed back through the row-normalised |edges| until nothing is left."""
+    norm = edges.abs()
+    norm = norm / norm.sum(dim=1, keepdim=True).clamp(min=1e-8)
+    influence = torch.zeros(edges.shape[1])
+    flow = torch.zeros(edges.shape[1])
+    flow[edges.shape[1] - len(weights) :] = weights.float()
+    for _ in range(max_iter):
+        flow = flow[row_node] @ norm
+        if not flow.any():
+            return influence
+        influence += flow
+    raise RuntimeError(
+        f"{_CALLER}: the feature influences did not converge in {max_iter} steps (a cycle in the graph?)"
+    )
+
+
+def _prompt_tokens(model: Any, prompt: Any) -> Tensor:
+    """The prompt's token ids `[pos]`, with a BOS first (circuit-tracer's ensure_tokenized), checked."""
+    tok = getattr(model, "tokenizer", None)
+    if isinstance(prompt, str):
+        if not prompt:
+            raise ValueError(f"{_CALLER}: prompt is empty; pass some text or token ids")
+        if tok is None:
+            raise ValueError(
+                f"{_CALLER}: prompt={prompt[:40]!r} is text but the model has no tokenizer; pass token ids"
+            )
+        tokens = model.to_tokens(prompt, prepend_bos=False)[0]
+    elif isinstance(prompt, list) and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
+        tokens = torch.tensor(prompt, dtype=torch.long)
+    elif isinstance(prompt, Tensor):
+        if prompt.ndim == 2 and prompt.shape[0] == 1:
+            prompt = prompt[0]
+        if prompt.ndim != 1 or prompt.is_floating_point() or prompt.dtype == torch.bool:
+            raise TypeError(
+                f"{_CALLER}: prompt: a {prompt.dtype} tensor of shape {tuple(prompt.shape)}; expected token ids "
+                "[pos] (or [1, pos])"
+            )
+        tokens = prompt.to(torch.long)
+    else:
+        raise TypeError(f"{_CALLER}: prompt={prompt!r}: expected text, a list of token ids or a tensor of token ids")
+    if tokens.numel() == 0:
+        raise ValueError(f"{_CALLER}: prompt has no tokens; pass some text or token ids")
+    check_token_ids(tokens, model.cfg.d_vocab, "prompt", caller=_CALLER)
+    if tok is not None:
+        special = {getattr(tok, n, None) for n in ("bos_token_id", "eos_token_id", "pad_token_id")} - {None}
+        if int(tokens[0]) not in special:
+            tokens = torch.cat([torch.tensor([tok.bos_token_id]), tokens])
+    n_ctx = model.cfg.n_ctx
+    if tokens.shape[0] > n_ctx:
+        raise ValueError(
+            f"{_CALLER}: prompt is {tokens.shape[0]} tokens (BOS included); the model's context is {n_ctx}"
+        )
+    return tokens.to(model.W_E.device)
+
+
+def _check_transcoders(model: Any, transcoders: Any) -> Readers:
+    """One transcoder per layer, each fitting its layer (converted to the model's weights), or a CLT."""
+    n, d = model.cfg.n_layers, model.cfg.d_model
+    if isinstance(transcoders, CrossLayerTranscoder):
+        if transcoders.n_layers != n:
+            raise ValueError(f"{_CALLER}: transcoders: a CLT over {transcoders.n_layers} layers; the model has {n}")
+        clt = transcoders.converted_to(model)
+        for layer in range(n):
+            _check_hooks(model, clt.input_hook(layer), clt.output_hook(layer), layer, f"the CLT's layer {layer}")
+        if clt.cfg.d_in != d or clt.cfg.d_out != d:
+            raise ValueError(
+                f"{_CALLER}: transcoders: the CLT reads {clt.cfg.d_in} and writes {clt.cfg.d_out} wide; "
+                f"the model's MLP input and output are d_model={d}"
+            )
+        return Readers(clt, n)
+    if isinstance(transcoders, Transcoder):
+        transcoders = [transcoders]
+    if not isinstance(transcoders, (list, tuple)) or not all(isinstance(t, Transcoder) for t in transcoders):
+        raise TypeError(
+            f"{_CALLER}: transcoders: expected a list of Transcoder (one per layer) or a CrossLayerTranscoder, "
+            f"got {type(transcoders).__name__}"
+        )
+    by_layer: dict[int, Transcoder] = {}
+    for i, tc in enumerate(transcoders):
+        arg = f"transcoders[{i}]"
+        check_transcoder_fits(model, tc, caller=_CALLER, arg=arg)
+        if tc.layer is None:
+            raise ValueError(f"{_CALLER}: {arg}: its hooks {tc.input_hook!r}, {tc.output_hook!r} name no layer")
+        if tc.layer in by_layer:
+            raise ValueError(f"{_CALLER}: {arg}: a second transcoder for layer {tc.layer}")
+        for field, width in (("d_in", tc.d_in), ("d_out", tc.d_out)):
+            if width != d:
+                raise ValueError(f"{_CALLER}: {arg}: {field}={width} does not fit the model's MLP, d_model={d}")
+        by_layer[tc.layer] = tc
+    missing = [layer for layer in range(n) if layer not in by_layer]
+    if missing:
+        raise ValueError(
+            f"{_CALLER}: transcoders: none for layers {missing}; the replacement model needs one for every layer 0..{n - 1}"
+        )
+    converted = [by_layer[layer].converted_to(model) for layer in range(n)]
+    for layer, tc in enumerate(converted):
+        _check_hooks(model, tc.input_hook, tc.output_hook, layer, f"the transcoder of layer {layer}")
+    return Readers(converted, n)
+
+
+def _check_hooks(model: Any, read: str | None, write: str | None, layer: int, what: str) -> None:
+    if write != f"blocks.{layer}.hook_mlp_out":
+        raise ValueError(f"{_CALLER}: {what} writes {write!r}; attribution replaces MLPs: blocks.{layer}.hook_mlp_out")
+    ok = ("ln2.hook_normalized", "hook_resid_mid")
+    if read not in [f"blocks.{layer}.{h}" for h in ok]:
+        raise ValueError(
+            f"{_CALLER}: {what} reads {read!r}; attribution reads the MLP's input at blocks.{layer}.{ok[0]} "
+            f"or blocks.{layer}.{ok[1]}"
+        )

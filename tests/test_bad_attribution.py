@@ -1,0 +1,136 @@
+"""Bad input to `attribute` is refused at the boundary, by name, before any pass runs."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from interp_gpt import GPT
+from interp_gpt.attribution import attribute
+from interp_gpt.sae import CLTConfig, CrossLayerTranscoder, Transcoder, TranscoderConfig
+
+TOKENS = torch.tensor([0, 5, 9, 17, 3])
+
+
+def tc(
+    layer: int, d_in: int = 64, d_out: int = 64, out_hook: str = "hook_mlp_out", in_hook: str = "ln2.hook_normalized"
+) -> Transcoder:
+    return Transcoder(
+        TranscoderConfig(
+            d_in=d_in, d_sae=16, d_out=d_out,
+            metadata={"hook_name": f"blocks.{layer}.{in_hook}", "hook_name_out": f"blocks.{layer}.{out_hook}"},
+        )
+    )  # fmt: skip
+
+
+def tcs() -> list[Transcoder]:
+    return [tc(0), tc(1)]
+
+
+def test_a_transcoder_whose_width_does_not_fit(tiny_model: GPT) -> None:
+    with pytest.raises(ValueError, match=r"attribute: .*transcoders\[1\].*d_in=32.*d_model=64"):
+        attribute(tiny_model, TOKENS, [tc(0), tc(1, d_in=32)])
+    with pytest.raises(ValueError, match=r"attribute: .*transcoders\[0\].*d_out=48.*64"):
+        attribute(tiny_model, TOKENS, [tc(0, d_out=48), tc(1)])
+    clt = CrossLayerTranscoder(
+        CLTConfig(n_layers=3, d_in=64, d_sae=8, d_out=64, metadata={"hook_name": "ln2.hook_normalized", "hook_name_out": "hook_mlp_out"})
+    )  # fmt: skip
+    with pytest.raises(ValueError, match=r"attribute: transcoders: a CLT over 3 layers; the model has 2"):
+        attribute(tiny_model, TOKENS, clt)
+
+
+def test_transcoders_missing_for_some_layers(tiny_model: GPT) -> None:
+    with pytest.raises(ValueError, match=r"attribute: transcoders: none for layers \[0\]"):
+        attribute(tiny_model, TOKENS, [tc(1)])
+    with pytest.raises(ValueError, match=r"attribute: transcoders: none for layers \[1\]"):
+        attribute(tiny_model, TOKENS, tc(0))
+    with pytest.raises(ValueError, match=r"attribute: transcoders\[1\]: a second transcoder for layer 0"):
+        attribute(tiny_model, TOKENS, [tc(0), tc(0)])
+    with pytest.raises(TypeError, match=r"attribute: transcoders: expected a list of Transcoder.*got dict"):
+        attribute(tiny_model, TOKENS, {0: tc(0), 1: tc(1)})  # type: ignore[arg-type]
+
+
+def test_transcoders_that_replace_no_mlp(tiny_model: GPT) -> None:
+    with pytest.raises(ValueError, match=r"attribute: the transcoder of layer 1 writes 'blocks.1.hook_attn_out'"):
+        attribute(tiny_model, TOKENS, [tc(0), tc(1, out_hook="hook_attn_out")])
+    with pytest.raises(ValueError, match=r"attribute: the transcoder of layer 1 reads 'blocks.1.hook_resid_pre'"):
+        attribute(tiny_model, TOKENS, [tc(0), tc(1, in_hook="hook_resid_pre")])
+
+
+def test_an_empty_prompt(tiny_model: GPT) -> None:
+    with pytest.raises(ValueError, match=r"attribute: prompt has no tokens"):
+        attribute(tiny_model, torch.tensor([], dtype=torch.long), tcs())
+    with pytest.raises(ValueError, match=r"attribute: prompt has no tokens"):
+        attribute(tiny_model, [], tcs())
+    with pytest.raises(ValueError, match=r"attribute: prompt is empty"):
+        attribute(tiny_model, "", tcs())
+
+
+def test_a_prompt_longer_than_the_context(tiny_model: GPT) -> None:
+    n_ctx = tiny_model.cfg.n_ctx
+    with pytest.raises(ValueError, match=rf"attribute: prompt is {n_ctx + 1} tokens .*context is {n_ctx}"):
+        attribute(tiny_model, torch.zeros(n_ctx + 1, dtype=torch.long), tcs())
+
+
+def test_bad_prompt_types_and_ids(tiny_model: GPT) -> None:
+    with pytest.raises(TypeError, match=r"attribute: prompt: a torch.float32 tensor of shape \(5,\)"):
+        attribute(tiny_model, TOKENS.float(), tcs())
+    with pytest.raises(TypeError, match=r"attribute: prompt=3\.5"):
+        attribute(tiny_model, 3.5, tcs())  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"prompt.*100"):
+        attribute(tiny_model, torch.tensor([0, 100]), tcs())
+    with pytest.raises(ValueError, match=r"attribute: prompt=.* is text but the model has no tokenizer"):
+        attribute(tiny_model, "hello", tcs())
+
+
+def test_bad_targets(tiny_model: GPT) -> None:
+    with pytest.raises(ValueError, match=r"attribute: attribution_targets: token ids \[100, -1\] are outside"):
+        attribute(tiny_model, TOKENS, tcs(), attribution_targets=torch.tensor([3, 100, -1]))
+    with pytest.raises(TypeError, match=r"attribute: attribution_targets: a torch.float32 tensor"):
+        attribute(tiny_model, TOKENS, tcs(), attribution_targets=torch.tensor([1.0]))
+    with pytest.raises(ValueError, match=r"attribute: attribution_targets is empty"):
+        attribute(tiny_model, TOKENS, tcs(), attribution_targets=[])
+    with pytest.raises(ValueError, match=r"attribute: attribution_targets is an empty tensor"):
+        attribute(tiny_model, TOKENS, tcs(), attribution_targets=torch.tensor([], dtype=torch.long))
+    with pytest.raises(
+        ValueError, match=r"attribute: attribution_targets\[0\]: direction has shape \(3,\); expected \(64,\)"
+    ):
+        attribute(tiny_model, TOKENS, tcs(), attribution_targets=[("x", 1.0, torch.ones(3))])
+    with pytest.raises(TypeError, match=r"attribute: attribution_targets\[0\]=\('x', 'y'\)"):
+        attribute(tiny_model, TOKENS, tcs(), attribution_targets=[("x", "y")])
+    with pytest.raises(TypeError, match=r"attribute: attribution_targets=.*mixes kinds"):
+        attribute(tiny_model, TOKENS, tcs(), attribution_targets=[3, "x"])
+    with pytest.raises(TypeError, match=r"attribute: attribution_targets='x'"):
+        attribute(tiny_model, TOKENS, tcs(), attribution_targets="x")
+    with pytest.raises(
+        ValueError, match=r"attribute: attribution_targets=\['a'\]: token strings need a model with a tokenizer"
+    ):
+        attribute(tiny_model, TOKENS, tcs(), attribution_targets=["a"])
+
+
+def test_bad_numbers(tiny_model: GPT) -> None:
+    with pytest.raises(ValueError, match=r"attribute: max_n_logits=0"):
+        attribute(tiny_model, TOKENS, tcs(), max_n_logits=0)
+    with pytest.raises(ValueError, match=r"attribute: desired_logit_prob=1\.5"):
+        attribute(tiny_model, TOKENS, tcs(), desired_logit_prob=1.5)
+    with pytest.raises(TypeError, match=r"attribute: desired_logit_prob='high'"):
+        attribute(tiny_model, TOKENS, tcs(), desired_logit_prob="high")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"attribute: max_feature_nodes=0"):
+        attribute(tiny_model, TOKENS, tcs(), max_feature_nodes=0)
+    with pytest.raises(TypeError, match=r"attribute: batch_size must be an int"):
+        attribute(tiny_model, TOKENS, tcs(), batch_size=2.0)  # type: ignore[arg-type]
+
+
+def test_a_tokenizer_prompt_gets_one_bos() -> None:
+    model = GPT.from_pretrained("tiny-gpt2")
+    from interp_gpt.sae.training import shipped_transcoders
+
+    ts = shipped_transcoders(model)
+    with_bos = model.to_tokens("Hello there")[0]
+    g1 = attribute(model, "Hello there", ts, max_feature_nodes=2)
+    g2 = attribute(model, with_bos, ts, max_feature_nodes=2)
+    g3 = attribute(model, with_bos[1:].tolist(), ts, max_feature_nodes=2)
+    assert torch.equal(g1.input_tokens, with_bos) and torch.equal(g2.input_tokens, with_bos)
+    assert torch.equal(g3.input_tokens, with_bos)
+    with pytest.raises(ValueError, match=r"attribute: attribution_targets: ' there you' is 2 tokens"):
+        attribute(model, "Hello", ts, attribution_targets=[" there you"])
