@@ -230,3 +230,25 @@ def test_to_json_bad_input_is_refused_by_name(tmp_path) -> None:
     with pytest.raises(ValueError, match="to_json: node_threshold=2 is out of range"):
         to_json(graph, tmp_path / "g.json", slug="s", tokenizer=_Tok(), node_threshold=2)
     assert not list(tmp_path.iterdir())  # nothing written by a refused call
+
+
+def test_a_sparse_adjacency_prunes_and_writes_as_the_dense_one(tmp_path) -> None:
+    for seed in range(10):
+        dense = random_graph(seed)
+        sparse = dataclasses.replace(dense, adjacency_matrix=dense.adjacency_matrix.to_sparse())
+        for a, b in zip(prune_graph(dense), prune_graph(sparse), strict=True):
+            assert torch.equal(a, b)
+        assert compute_graph_scores(dense) == compute_graph_scores(sparse)
+        one = to_json(dense, tmp_path / "d.json", slug="s", tokenizer=_Tok()).read_text()
+        assert to_json(sparse, tmp_path / "s.json", slug="s", tokenizer=_Tok()).read_text() == one
+
+
+def test_to_json_writes_token_text_as_it_is(tmp_path) -> None:
+    # as circuit-tracer does: JSON escapes what JSON must; a page showing the text escapes it for HTML
+    class Hostile:
+        def decode(self, token: int) -> str:
+            return '<img src=x onerror="alert(1)">\u2028'
+
+    graph = random_graph(4)
+    text = to_json(graph, tmp_path / "g.json", slug="s", tokenizer=Hostile()).read_text()
+    assert json.loads(text)["metadata"]["prompt_tokens"][0] == '<img src=x onerror="alert(1)">\u2028'
