@@ -7,15 +7,18 @@ circuit-tracer pins transformers<=4.57 and huggingface_hub<1: CI runs this modul
 `PYTHONPATH=$PWD .venv-ct/bin/python -m pytest tests/test_attribution_prune_circuit_tracer.py`.
 
 Both get the same tensors (float32: its pruning takes nothing else). Its `create_graph_files` loads a
-tokenizer from the hub, so the test runs its three steps (create_nodes, create_used_nodes_and_edges,
-build_model) with a local tokenizer instead. Deliberate differences (see graph_json.py): our error node
+tokenizer from the hub (`AutoTokenizer.from_pretrained(cfg.tokenizer_name)`): the test hands it a local
+one instead and reads the `{slug}.json` it writes. Deliberate differences (see graph_json.py): our error node
 ids are "err_{layer}_{pos}" where it writes "0_{layer}_{pos}" (which can collide with a feature's id; the
 graphs here use feature indices >= n_layers, so its ids are unique and translate one to one).
 """
 
 from __future__ import annotations
 
+import importlib
 import json
+import tempfile
+from pathlib import Path
 
 import pytest
 import torch
@@ -27,16 +30,14 @@ from circuit_tracer.frontend.graph_models import Model  # noqa: E402
 from circuit_tracer.graph import Graph  # noqa: E402
 from circuit_tracer.graph import compute_graph_scores as ct_compute_graph_scores  # noqa: E402
 from circuit_tracer.graph import prune_graph as ct_prune_graph  # noqa: E402
-from circuit_tracer.utils.create_graph_files import (  # noqa: E402
-    build_model,
-    create_nodes,
-    create_used_nodes_and_edges,
-)
+from circuit_tracer.utils.create_graph_files import create_graph_files  # noqa: E402
 from circuit_tracer.utils.tl_nnsight_mapping import UnifiedConfig  # noqa: E402
 
 from interp_gpt.attribution import AttributionGraph, compute_graph_scores, prune_graph, to_json  # noqa: E402
 from tests.attribution_refs import random_graph  # noqa: E402
 
+# the module, not the function of the same name that circuit_tracer.utils exports over it
+create_graph_files_module = importlib.import_module("circuit_tracer.utils.create_graph_files")
 SEEDS = range(40)
 THRESHOLDS = [(0.8, 0.98), (0.5, 0.7), (1.0, 1.0), (0.3, 1.0)]
 
@@ -44,6 +45,13 @@ THRESHOLDS = [(0.8, 0.98), (0.5, 0.7), (1.0, 1.0), (0.3, 1.0)]
 class _Tok:
     def decode(self, token: object) -> str:
         return f"<{int(token)}>&\"'"  # type: ignore[call-overload]
+
+
+class _LocalAutoTokenizer:
+    @staticmethod
+    def from_pretrained(name: str) -> _Tok:
+        assert name == "local"
+        return _Tok()
 
 
 def _theirs(graph: AttributionGraph) -> Graph:
@@ -67,11 +75,11 @@ def _theirs(graph: AttributionGraph) -> Graph:
 
 
 def _their_json(graph: Graph, slug: str, node_threshold: float, edge_threshold: float) -> dict:
-    node_mask, edge_mask, cumulative = ct_prune_graph(graph, node_threshold, edge_threshold)
-    nodes = create_nodes(graph, node_mask, _Tok(), cumulative)
-    used_nodes, used_edges = create_used_nodes_and_edges(graph, nodes, edge_mask)
-    model = build_model(graph, used_nodes, used_edges, slug, graph.scan, node_threshold, _Tok())
-    return json.loads(model.model_dump_json(indent=2))
+    """What its `create_graph_files` writes for `graph` (its hub tokenizer swapped for a local one)."""
+    with tempfile.TemporaryDirectory() as folder, pytest.MonkeyPatch.context() as mp:
+        mp.setattr(create_graph_files_module, "AutoTokenizer", _LocalAutoTokenizer)
+        create_graph_files(graph, slug, folder, node_threshold=node_threshold, edge_threshold=edge_threshold)
+        return json.loads((Path(folder) / f"{slug}.json").read_text())
 
 
 def _our_error_id(node: dict) -> str:
