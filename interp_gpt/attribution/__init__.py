@@ -1,11 +1,27 @@
 """Attribution graphs over transcoders (circuit-tracer's job, on our hook points, offline).
 
-`AttributionGraph` holds a graph with circuit-tracer's fields and node order (see `graph.py`).
+`attribute(model, prompt, transcoders)` builds a graph (circuit-tracer's `attribute`, see `attribute.py`);
+`AttributionGraph` holds it, with circuit-tracer's fields and node order (see `graph.py`).
+`prune_graph` / `compute_graph_scores` prune and score it, `to_json` writes circuit-tracer's graph JSON:
+
+    >>> node_mask, edge_mask, cumulative_scores = prune_graph(graph, node_threshold=0.8, edge_threshold=0.98)
+    >>> replacement, completeness = compute_graph_scores(graph)
+    >>> to_json(graph, "graph.json", slug="my-prompt", tokenizer=model.tokenizer, scan="my-transcoders")
 """
 
 from __future__ import annotations
 
 from .attribute import attribute
 from .graph import AttributionGraph, LogitTarget
+from .graph_json import to_json
+from .prune import PruneResult, compute_graph_scores, prune_graph
 
-__all__ = ["AttributionGraph", "LogitTarget", "attribute"]
+__all__ = [
+    "AttributionGraph",
+    "LogitTarget",
+    "attribute",
+    "PruneResult",
+    "compute_graph_scores",
+    "prune_graph",
+    "to_json",
+]
