@@ -7,12 +7,16 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import sys
+from pathlib import Path
 
 import pytest
 import torch
 
 from interp_gpt.attribution import AttributionGraph, compute_graph_scores, prune_graph, to_json
-from tests.attribution_refs import influence64, logit_weights, random_graph
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from attribution_refs import influence64, logit_weights, random_graph  # noqa: E402
 
 SEEDS = range(30)
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import sys
 import tempfile
 from pathlib import Path
 
@@ -34,7 +35,9 @@ from circuit_tracer.utils.create_graph_files import create_graph_files  # noqa: 
 from circuit_tracer.utils.tl_nnsight_mapping import UnifiedConfig  # noqa: E402
 
 from interp_gpt.attribution import AttributionGraph, compute_graph_scores, prune_graph, to_json  # noqa: E402
-from tests.attribution_refs import random_graph  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from attribution_refs import random_graph  # noqa: E402
 
 # the module, not the function of the same name that circuit_tracer.utils exports over it
 create_graph_files_module = importlib.import_module("circuit_tracer.utils.create_graph_files")
