@@ -266,3 +266,22 @@ def test_the_docstring_example_runs() -> None:
     for test in tests:
         runner.run(test)
     assert runner.summarize(verbose=False).failed == 0
+
+
+def test_readme_attribution_example_runs(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import json
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    body = text.split("\n## Attribution graphs\n", 1)[1].split("\n## ", 1)[0]
+    block = re.findall(r"```python\n(.*?)```", body, flags=re.S)[0]
+    ns: dict = {}
+    exec(compile(block.replace("/tmp/graph.json", str(tmp_path / "g.json")), "README.md (Attribution)", "exec"), ns)
+    graph = ns["graph"]
+    n_nodes = graph.n_features + graph.n_errors + graph.n_pos + graph.n_logits
+    assert graph.adjacency_matrix.shape == (n_nodes, n_nodes) and graph.n_logits == 5
+    assert bool(ns["node_mask"][-graph.n_logits :].all())  # pruning keeps every logit
+    assert 0.0 <= ns["replacement"] <= 1.0 and 0.0 <= ns["completeness"] <= 1.0
+    data = json.loads((tmp_path / "g.json").read_text())
+    assert data["metadata"]["slug"] == "romeo" and data["nodes"] and data["links"]
