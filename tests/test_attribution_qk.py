@@ -174,6 +174,22 @@ def test_random_model_split_and_removals(tiny_model: GPT, norm: str, kind: str) 
         check_removals(model, qk, n=4)
 
 
+def test_split_qkv_input_and_a_graph_as_the_prompt(tiny_cfg: Config, tiny_model: GPT) -> None:
+    """With use_split_qkv_input ln1's scale is per head; an AttributionGraph gives its own tokens."""
+    from interp_gpt.attribution import attribute
+
+    tiny_cfg.use_split_qkv_input = True
+    model = GPT(tiny_cfg)
+    model.load_state_dict(tiny_model.state_dict())
+    model.eval()
+    tcs = plts(tiny_cfg.d_model, tiny_cfg.n_layers, skip=False)
+    qk = check_split(model, TOKENS, tcs, 1, 2, 8, 4)
+    check_removals(model, qk, n=3)
+    graph = attribute(model, TOKENS, tcs, max_n_logits=1)
+    again = qk_attribution(model, graph, tcs, 1, 2, 8, 4)
+    torch.testing.assert_close(again.matrix, qk.matrix)
+
+
 def test_induction_head_key_side_comes_from_layer_0() -> None:
     """Measured on tiny-gpt2 (seed 0: 8 random tokens twice): for every second occurrence (query 9..16), the
     induction head L1H0's score at the token after the first occurrence (key = query - 7) is 10..15, and

@@ -65,6 +65,7 @@ from ..checks import check_index
 from ..sae.clt import CrossLayerTranscoder
 from ..sae.transcoder import Transcoder
 from .attribute import _check_transcoders, _prompt_tokens
+from .graph import AttributionGraph
 from .replacement import Readers, freezing_hooks
 
 __all__ = ["QKAttribution", "QKTerm", "qk_attribution"]
@@ -154,7 +155,7 @@ def _top(terms: list[QKTerm], values: Tensor, k: int) -> list[tuple[str, float]]
 
 def qk_attribution(
     model: Any,
-    prompt: str | Tensor | list[int],
+    prompt: str | Tensor | list[int] | AttributionGraph,
     transcoders: list[Transcoder] | CrossLayerTranscoder,
     layer: int,
     head: int,
@@ -166,13 +167,16 @@ def qk_attribution(
 
     Args:
         model: a `GPT` (standard position embeddings).
-        prompt: text or token ids, as `attribute` takes it (a BOS is put first unless there is one).
+        prompt: text or token ids, as `attribute` takes it (a BOS is put first unless there is one), or an
+            `AttributionGraph` (its input tokens: the positions are the graph's).
         transcoders: one `Transcoder` per layer or a `CrossLayerTranscoder`, as `attribute` takes them.
         layer, head: the head (negative counts from the end).
         query_pos, key_pos: positions in the prompt's tokens, BOS included (negative counts from the end);
             the key at or before the query.
     """
     cfg = model.cfg
+    if isinstance(prompt, AttributionGraph):
+        prompt = prompt.input_tokens
     tokens = _prompt_tokens(model, prompt, _CALLER)
     readers = _check_transcoders(model, transcoders, _CALLER)
     layer = check_index(layer, cfg.n_layers, "layer", "layers", caller=_CALLER)
