@@ -134,3 +134,40 @@ def test_a_tokenizer_prompt_gets_one_bos() -> None:
     assert torch.equal(g3.input_tokens, with_bos)
     with pytest.raises(ValueError, match=r"attribute: attribution_targets: ' there you' is 2 tokens"):
         attribute(model, "Hello", ts, attribution_targets=[" there you"])
+
+
+# qk_attribution (qk.py): the same prompt and transcoder checks, named for it, and the head and positions.
+def test_qk_attribution_bad_head_and_positions(tiny_model: GPT) -> None:
+    from interp_gpt.attribution import qk_attribution
+
+    n = TOKENS.shape[0]
+    with pytest.raises(ValueError, match=r"qk_attribution: layer=2 is out of range: layers are 0..1"):
+        qk_attribution(tiny_model, TOKENS, tcs(), 2, 0, 3, 1)
+    with pytest.raises(ValueError, match=r"qk_attribution: head=4 is out of range: heads are 0..3"):
+        qk_attribution(tiny_model, TOKENS, tcs(), 1, 4, 3, 1)
+    with pytest.raises(
+        ValueError,
+        match=rf"qk_attribution: query_pos=9 is out of range: positions of the {n}-token prompt \(BOS included\) are 0..{n - 1}",
+    ):
+        qk_attribution(tiny_model, TOKENS, tcs(), 1, 0, n + 4, 1)
+    with pytest.raises(ValueError, match=r"qk_attribution: key_pos=-40 is out of range"):
+        qk_attribution(tiny_model, TOKENS, tcs(), 1, 0, 3, -40)
+    with pytest.raises(ValueError, match=r"qk_attribution: key_pos=4 is after query_pos=3"):
+        qk_attribution(tiny_model, TOKENS, tcs(), 1, 0, 3, 4)
+    with pytest.raises(TypeError, match=r"qk_attribution: head must be an int, got float \(1.0\)"):
+        qk_attribution(tiny_model, TOKENS, tcs(), 1, 1.0, 3, 1)  # type: ignore[arg-type]
+
+
+def test_qk_attribution_bad_prompt_transcoders_and_model(tiny_model: GPT) -> None:
+    from interp_gpt import Config
+    from interp_gpt.attribution import qk_attribution
+
+    with pytest.raises(ValueError, match=r"qk_attribution: prompt is empty"):
+        qk_attribution(tiny_model, "", tcs(), 1, 0, 3, 1)
+    with pytest.raises(ValueError, match=r"qk_attribution: transcoders: none for layers \[1\]"):
+        qk_attribution(tiny_model, TOKENS, [tc(0)], 1, 0, 3, 1)
+    with pytest.raises(ValueError, match=r"qk_attribution: .*transcoders\[1\].*d_in=32.*d_model=64"):
+        qk_attribution(tiny_model, TOKENS, [tc(0), tc(1, d_in=32)], 1, 0, 3, 1)
+    short = GPT(Config(**{**tiny_model.cfg.__dict__, "positional_embedding_type": "shortformer"}))
+    with pytest.raises(ValueError, match=r"qk_attribution: model.cfg.positional_embedding_type='shortformer'"):
+        qk_attribution(short, TOKENS, tcs(), 1, 0, 3, 1)

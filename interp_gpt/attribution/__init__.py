@@ -7,6 +7,12 @@
     >>> node_mask, edge_mask, cumulative_scores = prune_graph(graph, node_threshold=0.8, edge_threshold=0.98)
     >>> replacement, completeness = compute_graph_scores(graph)
     >>> to_json(graph, "graph.json", slug="my-prompt", tokenizer=model.tokenizer, scan="my-transcoders")
+
+`qk_attribution(model, prompt, transcoders, layer, head, query_pos, key_pos)` splits a head's attention
+score at (query, key) into query-side and key-side terms (see `qk.py`):
+
+    >>> qk = qk_attribution(model, prompt, transcoders, layer=1, head=0, query_pos=12, key_pos=5)
+    >>> qk.top_key_terms(5), qk.top_pairs(5)
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ from .attribute import attribute
 from .graph import AttributionGraph, LogitTarget
 from .graph_json import to_json
 from .prune import PruneResult, compute_graph_scores, prune_graph
+from .qk import QKAttribution, QKTerm, qk_attribution
 
 __all__ = [
     "AttributionGraph",
@@ -24,4 +31,7 @@ __all__ = [
     "compute_graph_scores",
     "prune_graph",
     "to_json",
+    "QKAttribution",
+    "QKTerm",
+    "qk_attribution",
 ]

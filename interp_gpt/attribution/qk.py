@@ -1,0 +1,308 @@
+"""QK attribution: why a head attends where it does -- its pre-softmax score at (query, key) split exactly
+into query-side and key-side terms of the local replacement model (beyond circuit-tracer; its issue #53,
+after "Tracing Attention Computation Through Feature Interactions",
+https://transformer-circuits.pub/2025/attention-qk/index.html).
+
+In the local replacement model (attention patterns and LayerNorm scales frozen, MLPs replaced by the
+transcoders plus error nodes; see replacement.py) the residual stream entering layer `layer` at a position
+is a sum of terms, each a vector of `d_model`:
+
+    embed              the token embedding (hook_embed)
+    pos_embed          the position embedding (hook_pos_embed)
+    head L.H           for each earlier layer L and head H, that head's output there: z[pos, H] @ W_O[H].
+                       With frozen patterns it is linear in earlier residuals; it is kept as its own term
+                       (not pushed through to the features and embeddings that fed its values), so the
+                       split names the heads that move information into the position
+    attn_bias L        b_O of layer L
+    feature L.F        for each active feature F of layer L (or a cross-layer transcoder's layer L), its
+                       activation times its decoder row(s) into the layers below `layer`
+    tc_bias L          the transcoder's b_dec (its reconstruction of zero activations, less the skip)
+    skip L             its skip term on its input (zero without a skip): linear in the residual below
+                       it, kept as its own term like the heads' outputs
+    error L            hook_mlp_out minus the transcoder's reconstruction (what the transcoder misses)
+
+No position is zeroed here (attribute() zeroes the BOS's features; the BOS is often where heads look, so
+its terms are kept). ln1 is linear once its scale is frozen: centring applies to each term, the scale
+divides each term, and ln1's `b` with the head's `b_Q` (`b_K`) is one more term, "bias". So
+
+    q = sum_i q_i,  q_i = (t_i - mean(t_i)) / scale_q * w @ W_Q[head]    (+ the "bias" term ln1.b @ W_Q + b_Q)
+    k = sum_j k_j   likewise at the key position
+    score = q . k / sqrt(d_head) = sum_ij matrix[i, j],  matrix[i, j] = q_i . k_j / sqrt(d_head)
+
+and `matrix.sum()` is the head's `hook_attn_scores` at (query_pos, key_pos) to float error. A query-side
+term's contribution (its row's sum) is the change in the score when that term is removed from the
+residual at the query position (the key side held), and a key-side term's (its column's sum) likewise.
+
+Example (tiny-gpt2, an induction prompt: the induction head L1H0 at the second occurrence of a token looks
+at the token after its first occurrence):
+    >>> import torch
+    >>> from interp_gpt import GPT
+    >>> from interp_gpt.attribution import qk_attribution
+    >>> from interp_gpt.sae.training import shipped_transcoders
+    >>> model = GPT.from_pretrained("tiny-gpt2")
+    >>> rand = torch.randint(100, 2000, (8,), generator=torch.Generator().manual_seed(0))
+    >>> tokens = torch.cat([rand, rand])  # a BOS is put first: 1..8, then 9..16
+    >>> qk = qk_attribution(model, tokens, shipped_transcoders(model), layer=1, head=0, query_pos=12, key_pos=5)
+    >>> abs(qk.total - qk.score) < 1e-4
+    True
+    >>> [label for label, contribution in qk.top_key_terms(3)]  # the key side: layer 0 (L0H0 is the prev-token head)
+    ['skip 0', 'tc_bias 0', 'head 0.0']
+    >>> key_layer0 = sum(c for t, c in zip(qk.key_terms, qk.key_contributions.tolist()) if t.layer == 0)
+    >>> key_layer0 > 0.9 * qk.score
+    True
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+import torch
+from torch import Tensor
+
+from ..checks import check_index
+from ..sae.clt import CrossLayerTranscoder
+from ..sae.transcoder import Transcoder
+from .attribute import _check_transcoders, _prompt_tokens
+from .graph import AttributionGraph
+from .replacement import Readers, freezing_hooks
+
+__all__ = ["QKAttribution", "QKTerm", "qk_attribution"]
+
+_CALLER = "qk_attribution"
+
+
+class QKTerm(NamedTuple):
+    """One term of a side: `kind` (embed, pos_embed, head, attn_bias, feature, tc_bias, skip, error,
+    bias), the
+    layer that wrote it (-1 for embed, pos_embed and bias) and `which` head or feature (-1 for the others)."""
+
+    kind: str
+    layer: int
+    which: int
+
+    @property
+    def label(self) -> str:
+        if self.kind in ("embed", "pos_embed", "bias"):
+            return self.kind
+        if self.kind in ("head", "feature"):
+            return f"{self.kind} {self.layer}.{self.which}"
+        return f"{self.kind} {self.layer}"
+
+
+@dataclass
+class QKAttribution:
+    """Head `head` of layer `layer`'s score at (`query_pos`, `key_pos`), split over its terms.
+
+    query_terms / key_terms: the terms of each side (`QKTerm`s), "bias" last.
+    query_vectors / key_vectors: `[n, d_model]` each term's vector in the residual stream (the bias's is 0).
+    query_parts / key_parts: `[n, d_head]` each term's part of q (k): q = query_parts.sum(0).
+    matrix: `[n_query_terms, n_key_terms]` q_i . k_j / sqrt(d_head).
+    score: the head's own pre-softmax score (hook_attn_scores) at (query_pos, key_pos).
+    tokens: the prompt's token ids, BOS included (positions index these).
+    """
+
+    layer: int
+    head: int
+    query_pos: int
+    key_pos: int
+    query_terms: list[QKTerm]
+    key_terms: list[QKTerm]
+    query_vectors: Tensor
+    key_vectors: Tensor
+    query_parts: Tensor
+    key_parts: Tensor
+    matrix: Tensor
+    score: float
+    tokens: Tensor
+
+    @property
+    def query_contributions(self) -> Tensor:
+        """`[n_query_terms]` each query-side term's contribution to the score (its row's sum)."""
+        return self.matrix.sum(1)
+
+    @property
+    def key_contributions(self) -> Tensor:
+        """`[n_key_terms]` each key-side term's contribution to the score (its column's sum)."""
+        return self.matrix.sum(0)
+
+    @property
+    def total(self) -> float:
+        """The sum of the matrix: the score, to float error."""
+        return float(self.matrix.sum())
+
+    def top_query_terms(self, k: int = 10) -> list[tuple[str, float]]:
+        """The `k` query-side terms of largest |contribution|, as (label, contribution)."""
+        return _top(self.query_terms, self.query_contributions, k)
+
+    def top_key_terms(self, k: int = 10) -> list[tuple[str, float]]:
+        """The `k` key-side terms of largest |contribution|, as (label, contribution)."""
+        return _top(self.key_terms, self.key_contributions, k)
+
+    def top_pairs(self, k: int = 10) -> list[tuple[str, str, float]]:
+        """The `k` (query term, key term) pairs of largest |matrix entry|, as (query, key, value)."""
+        flat = self.matrix.flatten()
+        idx = flat.abs().argsort(descending=True)[:k]
+        n_k = self.matrix.shape[1]
+        return [(self.query_terms[i // n_k].label, self.key_terms[i % n_k].label, float(flat[i])) for i in idx.tolist()]
+
+
+def _top(terms: list[QKTerm], values: Tensor, k: int) -> list[tuple[str, float]]:
+    idx = values.abs().argsort(descending=True)[:k]
+    return [(terms[i].label, float(values[i])) for i in idx.tolist()]
+
+
+def qk_attribution(
+    model: Any,
+    prompt: str | Tensor | list[int] | AttributionGraph,
+    transcoders: list[Transcoder] | CrossLayerTranscoder,
+    layer: int,
+    head: int,
+    query_pos: int,
+    key_pos: int,
+) -> QKAttribution:
+    """Head `head` of layer `layer`'s pre-softmax score at (`query_pos`, `key_pos`), split exactly into
+    query-side and key-side terms of the local replacement model (see the module's docs).
+
+    Args:
+        model: a `GPT` (standard position embeddings).
+        prompt: text or token ids, as `attribute` takes it (a BOS is put first unless there is one), or an
+            `AttributionGraph` (its input tokens: the positions are the graph's).
+        transcoders: one `Transcoder` per layer or a `CrossLayerTranscoder`, as `attribute` takes them.
+        layer, head: the head (negative counts from the end).
+        query_pos, key_pos: positions in the prompt's tokens, BOS included (negative counts from the end);
+            the key at or before the query.
+    """
+    cfg = model.cfg
+    if isinstance(prompt, AttributionGraph):
+        prompt = prompt.input_tokens
+    tokens = _prompt_tokens(model, prompt, _CALLER)
+    readers = _check_transcoders(model, transcoders, _CALLER)
+    layer = check_index(layer, cfg.n_layers, "layer", "layers", caller=_CALLER)
+    head = check_index(head, cfg.n_heads, "head", "heads", caller=_CALLER)
+    n_pos = tokens.shape[0]
+    query_pos = check_index(
+        query_pos, n_pos, "query_pos", f"positions of the {n_pos}-token prompt (BOS included)", caller=_CALLER
+    )
+    key_pos = check_index(
+        key_pos, n_pos, "key_pos", f"positions of the {n_pos}-token prompt (BOS included)", caller=_CALLER
+    )
+    if key_pos > query_pos:
+        raise ValueError(
+            f"{_CALLER}: key_pos={key_pos} is after query_pos={query_pos}; the head attends causally, to keys at "
+            "or before its query"
+        )
+    if cfg.positional_embedding_type != "standard":
+        raise ValueError(
+            f"{_CALLER}: model.cfg.positional_embedding_type={cfg.positional_embedding_type!r}; QK attribution "
+            "splits the residual stream of models with 'standard' position embeddings"
+        )
+
+    rec = _record(model, tokens, readers, layer)
+    positions = (query_pos, key_pos)
+    sides = []
+    for side, pos in zip(("q", "k"), positions, strict=True):
+        terms, vectors = _terms(model, readers, rec, layer, pos)
+        parts = _project(model, rec, layer, head, pos, vectors, side)
+        sides.append((terms + [QKTerm("bias", -1, -1)], torch.cat([vectors, vectors.new_zeros(1, cfg.d_model)]), parts))
+    (q_terms, q_vecs, q_parts), (k_terms, k_vecs, k_parts) = sides
+    matrix = (q_parts @ k_parts.T) / math.sqrt(cfg.d_head)
+    score = float(rec["scores"][head, query_pos, key_pos])
+    return QKAttribution(
+        layer, head, query_pos, key_pos, q_terms, k_terms, q_vecs, k_vecs, q_parts, k_parts, matrix, score, tokens
+    )
+
+
+def _record(model: Any, tokens: Tensor, readers: Readers, layer: int) -> dict[str, Any]:
+    """One clean pass up to `layer`'s attention, recording what the terms are made of."""
+    rec: dict[str, Any] = {"z": {}, "mlp_out": {}, "x": {}}
+
+    def keep(key: str, sub: int | None = None) -> Any:
+        def hook(t: Tensor, hook: Any) -> Tensor:
+            if sub is None:
+                rec[key] = t[0].detach()
+            else:
+                rec[key][sub] = t[0].detach()
+            return t
+
+        return hook
+
+    a = f"blocks.{layer}"
+    hooks = freezing_hooks(model) + [
+        ("hook_embed", keep("embed")),
+        ("hook_pos_embed", keep("pos_embed")),
+        (f"{a}.hook_resid_pre", keep("resid")),
+        (f"{a}.ln1.hook_scale", keep("scale")),
+        (f"{a}.attn.hook_attn_scores", keep("scores")),
+    ]
+    for lay in range(layer):
+        hooks += [
+            (f"blocks.{lay}.attn.hook_z", keep("z", lay)),
+            (f"blocks.{lay}.hook_mlp_out", keep("mlp_out", lay)),
+            (readers.input_hook(lay), keep("x", lay)),
+        ]
+    with torch.no_grad(), model.hooks(fwd_hooks=hooks):
+        model(tokens[None], stop_at_layer=layer + 1)
+    return rec
+
+
+def _terms(model: Any, readers: Readers, rec: dict[str, Any], layer: int, pos: int) -> tuple[list[QKTerm], Tensor]:
+    """The terms of the residual stream entering `layer` at `pos`, and `[n, d_model]` their vectors."""
+    terms = [QKTerm("embed", -1, -1), QKTerm("pos_embed", -1, -1)]
+    vectors = [rec["embed"][pos], rec["pos_embed"][pos]]
+    blocks = model.blocks
+    for lay in range(layer):
+        attn = blocks[lay].attn
+        z = rec["z"][lay][pos]  # [n_heads, d_head]
+        heads = torch.einsum("hd,hdm->hm", z, attn.W_O.detach())
+        terms += [QKTerm("head", lay, h) for h in range(heads.shape[0])] + [QKTerm("attn_bias", lay, -1)]
+        vectors += list(heads) + [attn.b_O.detach()]
+
+    # The transcoders' parts of the MLP outputs of layers < layer, at `pos`.
+    dtype = rec["resid"].dtype
+    with torch.no_grad():
+        x = [rec["x"][lay][pos][None] for lay in range(layer)]
+        acts = [readers.encode(lay, x[lay])[0] for lay in range(layer)]
+        # Every layer's activations as the reconstruction reads them (layers >= `layer` are never read
+        # by the reconstruction of a layer below it: zeros).
+        pad = [acts[0].new_zeros(1, acts[0].shape[-1])] * (readers.n_layers - layer) if layer else []
+        full = [a[None] for a in acts] + pad
+        none = [torch.zeros_like(a) for a in full]
+        for lay in range(layer):  # features of source layer `lay`, into the layers below `layer`
+            feats = acts[lay].nonzero()[:, 0]
+            if feats.numel():
+                rows, outs = readers.decoder_rows(lay, feats)  # [n, n_out, d_model], [n_out]
+                below = (outs < layer).to(rows.device)
+                written = (rows * below[None, :, None]).sum(1) * acts[lay][feats, None]
+                terms += [QKTerm("feature", lay, int(f)) for f in feats.tolist()]
+                vectors += list(written.to(dtype))
+        for lay in range(layer):
+            recon0 = readers.reconstruction(lay, none, x[lay])[0]
+            recon = readers.reconstruction(lay, full, x[lay])[0]
+            skip = readers.skip(lay, x[lay])
+            skip = torch.zeros_like(recon0) if skip is None else skip[0]
+            terms += [QKTerm("tc_bias", lay, -1), QKTerm("skip", lay, -1), QKTerm("error", lay, -1)]
+            vectors += [(recon0 - skip).to(dtype), skip.to(dtype), rec["mlp_out"][lay][pos] - recon.to(dtype)]
+    return terms, torch.stack([v.to(dtype) for v in vectors])
+
+
+def _project(model: Any, rec: dict[str, Any], layer: int, head: int, pos: int, vectors: Tensor, side: str) -> Tensor:
+    """`[n + 1, d_head]` each term's part of q (side "q") or k ("k") through the frozen ln1, and the bias
+    (ln1's b through W, plus b_Q / b_K) last."""
+    block = model.blocks[layer]
+    attn, ln = block.attn, block.ln1
+    W = (attn.W_Q if side == "q" else attn.W_K).detach()[head]  # [d_model, d_head]
+    b = (attn.b_Q if side == "q" else attn.b_K).detach()[head]  # [d_head]
+    if model.cfg.normalization_type is None:
+        normed, bias = vectors, b
+    else:
+        scale = rec["scale"][pos].reshape(-1)
+        scale = scale[head] if scale.numel() > 1 else scale[0]  # per head with use_split_qkv_input
+        normed = (vectors - vectors.mean(-1, keepdim=True)) / scale
+        if ln.has_params:
+            normed = normed * ln.w.detach()
+            bias = ln.b.detach() @ W + b
+        else:
+            bias = b
+    return torch.cat([normed @ W, bias[None]])
