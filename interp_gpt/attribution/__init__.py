@@ -14,6 +14,7 @@ from __future__ import annotations
 from .attribute import attribute
 from .graph import AttributionGraph, LogitTarget
 from .graph_json import to_json
+from .intervention import feature_intervention, feature_intervention_generate
 from .prune import PruneResult, compute_graph_scores, prune_graph
 
 __all__ = [
@@ -22,6 +23,8 @@ __all__ = [
     "attribute",
     "PruneResult",
     "compute_graph_scores",
+    "feature_intervention",
+    "feature_intervention_generate",
     "prune_graph",
     "to_json",
 ]
