@@ -47,6 +47,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from ..checks import check_int_in_range
 from .attribute import _check_transcoders, _prompt_tokens
 
 __all__ = ["feature_intervention", "feature_intervention_generate"]
@@ -274,7 +275,13 @@ def feature_intervention_generate(
             raise TypeError(
                 f"{caller}: {bad}= is not taken (it always uses the key/value cache on the prompt's tokens)"
             )
+    check_int_in_range(max_new_tokens, "max_new_tokens", 0, None, caller=caller)
     tokens, readers, spliced, by_layer = _setup(caller, model, prompt, transcoders, interventions, flags)
+    if tokens.shape[0] + max_new_tokens > model.cfg.n_ctx:
+        raise ValueError(
+            f"{caller}: prompt is {tokens.shape[0]} tokens (BOS included); with max_new_tokens={max_new_tokens} "
+            f"that passes the model's context of {model.cfg.n_ctx}"
+        )
     open_ended: dict[int, list[tuple[Any, Any, Any]]] = {}
     for layer, items in by_layer.items():
         kept = [(0, f, v) for p, f, v in items if isinstance(p, slice) and p.stop is None]
