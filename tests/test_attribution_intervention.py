@@ -20,20 +20,31 @@ from interp_gpt.attribution import feature_intervention, feature_intervention_ge
 from interp_gpt.sae import CrossLayerTranscoder
 
 
-def reference(model: GPT, tcs: Any, ivs: list, freeze: bool) -> tuple[torch.Tensor, torch.Tensor]:
+def reference(
+    model: GPT, tcs: Any, ivs: list, freeze: bool, constrained: range | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Plain hooks; `constrained`: those layers' MLP outputs (and, all layers, the LayerNorm scales) are the
+    clean run's, the deltas are taken from the clean readings and only those layers take them."""
     n = model.cfg.n_layers
     is_clt = isinstance(tcs, CrossLayerTranscoder)
     assert (tcs.cfg.architecture if is_clt else tcs[0].cfg.architecture) == "relu"
+    assert constrained is None or not (is_clt or tcs[0].cfg.skip)  # (the reference has no skip term)
+    ends = ("hook_pattern", "hook_mlp_out", "hook_scale", "ln2.hook_normalized")
     with torch.no_grad():
-        _, clean = model.run_with_cache(TOKENS[None], names_filter=lambda name: name.endswith("hook_pattern"))
+        _, clean = model.run_with_cache(TOKENS[None], names_filter=lambda name: name.endswith(ends))
     readings: list[torch.Tensor] = [torch.empty(0)] * n
     pending = [torch.zeros(len(TOKENS), model.cfg.d_model) for _ in range(n)]
 
-    def read(x: torch.Tensor, hook: Any, layer: int) -> None:
+    def encode(x: torch.Tensor, layer: int) -> torch.Tensor:
         W, b = (tcs.W_enc[layer], tcs.b_enc[layer]) if is_clt else (tcs[layer].W_enc, tcs[layer].b_enc)
         r = F.relu(x[0] @ W + b)
         r[0] = 0
-        readings[layer] = r
+        return r
+
+    def read(x: torch.Tensor, hook: Any, layer: int) -> None:
+        r = readings[layer] = encode(x, layer)
+        if constrained is not None:
+            r = encode(clean[f"blocks.{layer}.ln2.hook_normalized"], layer)
         delta = torch.zeros_like(r)
         for lay, pos, feat, value in ivs:
             if lay == layer:
@@ -45,15 +56,23 @@ def reference(model: GPT, tcs: Any, ivs: list, freeze: bool) -> tuple[torch.Tens
                 pending[target] += delta @ tcs[layer].W_dec
 
     def write(out: torch.Tensor, hook: Any, layer: int) -> torch.Tensor:
-        return out + pending[layer][None]
+        if constrained is None:
+            return out + pending[layer][None]
+        if layer not in constrained:
+            return out
+        return clean[f"blocks.{layer}.hook_mlp_out"] + pending[layer][None]
 
     hooks: list = []
     for layer in range(n):
         hooks.append((f"blocks.{layer}.ln2.hook_normalized", lambda x, hook, layer=layer: read(x, hook, layer)))
         hooks.append((f"blocks.{layer}.hook_mlp_out", lambda x, hook, layer=layer: write(x, hook, layer)))
-        if freeze:
-            name = f"blocks.{layer}.attn.hook_pattern"
+        frozen = [f"blocks.{layer}.attn.hook_pattern"] if freeze or constrained is not None else []
+        if constrained is not None and set(constrained) == set(range(n)):
+            frozen += [f"blocks.{layer}.ln1.hook_scale", f"blocks.{layer}.ln2.hook_scale"]
+        for name in frozen:
             hooks.append((name, lambda x, hook, name=name: clean[name]))
+    if constrained is not None and set(constrained) == set(range(n)):
+        hooks.append(("ln_final.hook_scale", lambda x, hook: clean["ln_final.hook_scale"]))
     with torch.no_grad():
         logits = model.run_with_hooks(TOKENS[None], fwd_hooks=hooks)
     return logits, torch.stack(readings)
@@ -75,6 +94,18 @@ def test_equals_plain_hook_reference(tiny_model: GPT, which: str, freeze: bool) 
     torch.testing.assert_close(acts, ref_acts, rtol=0, atol=1e-5)
     clean, _ = feature_intervention(tiny_model, TOKENS, tcs, [])
     assert float((clean - logits).abs().max()) > 1e-3
+
+
+@pytest.mark.parametrize("constrained", [range(2), range(1, 2), range(0, 1)])
+def test_constrained_layers_equal_plain_hook_reference(tiny_model: GPT, constrained: range) -> None:
+    tcs = plts(tiny_model.cfg.d_model, tiny_model.cfg.n_layers, skip=False)
+    ivs = [(0, 3, 5, 2.0), (0, 0, 7, 1.5), (1, 6, 2, 3.0), (1, slice(2, None), 9, 0.0)]
+    ref_logits, ref_acts = reference(tiny_model, tcs, ivs, True, constrained)
+    logits, acts = feature_intervention(tiny_model, TOKENS, tcs, ivs, constrained_layers=constrained)
+    torch.testing.assert_close(logits, ref_logits, rtol=0, atol=1e-5)
+    torch.testing.assert_close(acts, ref_acts, rtol=0, atol=1e-5)
+    free, _ = feature_intervention(tiny_model, TOKENS, tcs, ivs)
+    assert float((free - logits).abs().max()) > 1e-4  # constraining changes the answer
 
 
 def test_own_values_change_nothing(tiny_model: GPT) -> None:

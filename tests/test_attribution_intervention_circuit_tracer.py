@@ -57,6 +57,13 @@ def compare(hf_model, hf_checkpoint_dir: Path, theirs_tc, mine_tc, label: str) -
             d_l = assert_close(logits, ref_logits, f"{label} logits freeze={freeze}")
             d_a = assert_close(acts, ref_acts, f"{label} activations freeze={freeze} post={post}")
             print(label, f"freeze={freeze} post={post}", "max |d logits|", d_l, "max |d acts|", d_a)
+    n = model.cfg.n_layers
+    for constrained in (range(n), range(n - 1, n), range(0, 1)):  # all layers (direct effects), the last, the first
+        ref_logits, ref_acts = theirs.feature_intervention(TOKENS, ivs, constrained_layers=constrained)
+        logits, acts = feature_intervention(model, TOKENS, mine_tc, ivs, constrained_layers=constrained)
+        d_l = assert_close(logits, ref_logits, f"{label} logits constrained={constrained}")
+        d_a = assert_close(acts, ref_acts, f"{label} activations constrained={constrained}")
+        print(label, f"constrained={constrained}", "max |d logits|", d_l, "max |d acts|", d_a)
     clean, _ = feature_intervention(model, TOKENS, mine_tc, [])
     moved, _ = feature_intervention(model, TOKENS, mine_tc, ivs)
     assert float((clean - moved).abs().max()) > 1e-3  # the interventions do something
@@ -93,6 +100,25 @@ def test_generation_equals_circuit_tracers(hf_model, hf_checkpoint_dir: Path, wh
     )
     tokens, logits, acts = feature_intervention_generate(model, TOKENS, mine, ivs, max_new_tokens=5, stop_at_eos=False)
     assert torch.equal(tokens.cpu(), ref_tokens.cpu())
+    ref_c = theirs.feature_intervention_generate(
+        TOKENS[None],
+        ivs,
+        constrained_layers=range(n),
+        max_new_tokens=5,
+        do_sample=False,
+        stop_at_eos=False,
+        verbose=False,
+    )
+    mine_c = feature_intervention_generate(
+        model, TOKENS, mine, ivs, constrained_layers=range(n), max_new_tokens=5, stop_at_eos=False
+    )
+    assert torch.equal(mine_c[0].cpu(), ref_c[0].cpu())
+    print(
+        "generate constrained",
+        which,
+        assert_close(mine_c[1], ref_c[1], "logits"),
+        assert_close(mine_c[2], ref_c[2], "acts"),
+    )
     d_l = assert_close(logits, ref_logits, f"generation {which} logits")
     d_a = assert_close(acts, ref_acts, f"generation {which} activations")
     print("generate", which, "max |d logits|", d_l, "max |d acts|", d_a)

@@ -164,6 +164,10 @@ def test_bad_interventions_are_refused_by_name(tiny_model: GPT) -> None:
         feature_intervention_generate(tiny_model, TOKENS, tcs(), [(3, 1, 0, 1.0)], max_new_tokens=2)
     with pytest.raises(TypeError, match=r"feature_intervention: freeze_attention='yes': expected True or False"):
         feature_intervention(tiny_model, TOKENS, tcs(), [], freeze_attention="yes")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"feature_intervention: constrained_layers: layer 2 is out of range"):
+        feature_intervention(tiny_model, TOKENS, tcs(), [], constrained_layers=range(3))
+    with pytest.raises(TypeError, match=r"feature_intervention: constrained_layers=\(0, 'a'\): expected a range"):
+        feature_intervention(tiny_model, TOKENS, tcs(), [], constrained_layers=(0, "a"))  # type: ignore[arg-type]
     with pytest.raises(TypeError, match=r"feature_intervention_generate: use_past_kv_cache= is not taken"):
         feature_intervention_generate(tiny_model, TOKENS, tcs(), [], max_new_tokens=2, use_past_kv_cache=False)
 

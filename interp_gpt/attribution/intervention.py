@@ -21,8 +21,13 @@ definitions, kept:
   each new token carries the open-ended ones (`pos` a slice with no stop, e.g. `slice(1, None)`), on
   its own reading, not frozen. Logits returned: one row per generated token.
 
+- `constrained_layers` (first pass only): in those layers the MLP output is the clean run's plus the
+  change of the transcoders' skip term, each intervention moves its feature from its clean reading (its
+  effects do not propagate through the transcoders), and only those layers take decoder rows (a CLT
+  writes only into them); if they are all layers, every LayerNorm scale is the clean run's too (direct
+  effects). Attention patterns are held whenever constrained_layers is set.
+
 The prompt is read as `attribute` reads it (a BOS put first unless the prompt starts with one).
-circuit-tracer's `constrained_layers` (frozen MLPs and direct effects) is not offered here.
 
 Example (tiny-gpt2 and its shipped transcoders):
     >>> from interp_gpt import GPT
@@ -117,6 +122,20 @@ def _check_interventions(
     return by_layer
 
 
+def _check_constrained(layers: Any, n_layers: int, caller: str) -> set[int] | None:
+    """constrained_layers as a set of layers (None, or empty as circuit-tracer treats it: no constraint)."""
+    if layers is None:
+        return None
+    if not isinstance(layers, (range, list, tuple)) or not all(_is_int(x) for x in layers):
+        raise TypeError(f"{caller}: constrained_layers={layers!r}: expected a range (or list) of layer ints, or None")
+    bad = [x for x in layers if not 0 <= x < n_layers]
+    if bad:
+        raise ValueError(
+            f"{caller}: constrained_layers: layer {bad[0]} is out of range: the model has layers 0..{n_layers - 1}"
+        )
+    return set(layers) or None
+
+
 def _delta(reading: Tensor, items: list[tuple[Any, Any, Any]]) -> Tensor:
     """`[pos, d_sae]` value - reading at the intervened places (later interventions win), 0 elsewhere."""
     delta = torch.zeros_like(reading)
@@ -137,7 +156,38 @@ class _Run:
         self.step = -1  # the pass: 0 the prompt, then one per generated token
         self.acts: list[list[Tensor]] = [[] for _ in range(model.cfg.n_layers)]
         self.logits: list[Tensor] = []
-        self.patterns: dict[str, Tensor] = {}
+        self.frozen: dict[str, Tensor] = {}  # hook name -> the clean run's value (first pass)
+        # constrained_layers (first pass): the clean run's MLP outputs, inputs and readings
+        self.constrained: set[int] | None = None
+        self.clean_out: dict[int, Tensor] = {}
+        self.clean_in: dict[int, Tensor] = {}
+        self.original: dict[int, Tensor] = {}
+        self.current_in: dict[int, Tensor] = {}
+        self.model_out: dict[int, Tensor] = {}
+
+    def freeze(self, tokens: Tensor, constrained: set[int] | None) -> None:
+        """Run the prompt cleanly and keep what the first pass holds: the attention patterns; with
+        `constrained` layers also the MLP outputs there (and every LayerNorm scale if all layers are)."""
+        n = self.model.cfg.n_layers
+        ends = ["attn.hook_pattern"]
+        if constrained is not None and constrained >= set(range(n)):
+            ends.append("hook_scale")
+        names = {self.readers.input_hook(layer) for layer in range(n)} | {
+            f"blocks.{layer}.hook_mlp_out{end}" for layer in range(n) for end in ("", ".hook_sae_acts_post")
+        }
+        _, cache = self.model.run_with_cache(
+            tokens[None], names_filter=lambda name: name in names or name.endswith(tuple(ends))
+        )
+        self.frozen = {name: cache[name] for name in cache.keys() if name.endswith(tuple(ends))}
+        if constrained is None:
+            return
+        self.constrained = constrained
+        for layer in range(n):
+            self.clean_out[layer] = cache[f"blocks.{layer}.hook_mlp_out"]
+            self.clean_in[layer] = cache[self.readers.input_hook(layer)]
+            reading = cache[f"blocks.{layer}.hook_mlp_out.hook_sae_acts_post"][0].clone()
+            reading[_ZERO] = 0
+            self.original[layer] = reading
 
     def hooks(self) -> list[tuple[str, Any]]:
         hooks: list[tuple[str, Any]] = [("hook_embed", self._new_pass)]
@@ -147,9 +197,39 @@ class _Run:
                 hooks.append((f"{at}.hook_sae_acts_pre", lambda x, hook, layer=layer: self._keep(layer, x)))
             if self.record or layer in self.by_layer or layer in self.open_ended:
                 hooks.append((f"{at}.hook_sae_acts_post", lambda x, hook, layer=layer: self._move(layer, x)))
-        hooks += [(name, self._freeze) for name in self.patterns]
+        hooks += [(name, self._freeze) for name in self.frozen]
+        if self.constrained is not None:
+            for layer in range(self.model.cfg.n_layers):
+                at = f"blocks.{layer}.hook_mlp_out"
+                hooks.append((self.readers.input_hook(layer), lambda x, hook, layer=layer: self._read_in(layer, x)))
+                hooks.append((at, lambda x, hook, layer=layer: self._mlp_out(layer, x)))
+                hooks.append((f"{at}.hook_sae_output", lambda x, hook, layer=layer: self._written(layer, x)))
         hooks.append(("unembed.hook_out", self._logits))
         return hooks
+
+    def _first_constrained(self) -> bool:
+        return self.step == 0 and self.constrained is not None
+
+    def _read_in(self, layer: int, x: Tensor) -> None:
+        self.current_in[layer] = x
+
+    def _mlp_out(self, layer: int, x: Tensor) -> Tensor:
+        """Constrained layers: the clean MLP output, plus the change of the skip term (the features'
+        changes are added by the splice after this)."""
+        self.model_out[layer] = x
+        if not self._first_constrained() or layer not in self.constrained:  # type: ignore[operator]
+            return x
+        out = self.clean_out[layer]
+        skip_now = self.readers.skip(layer, self.current_in[layer])
+        if skip_now is not None:
+            out = out + (skip_now - self.readers.skip(layer, self.clean_in[layer]))
+        return out
+
+    def _written(self, layer: int, x: Tensor) -> Tensor:
+        """Layers outside the constrained range take no intervention's decoder rows."""
+        if self._first_constrained() and layer not in self.constrained:  # type: ignore[operator]
+            return self.model_out[layer]
+        return x
 
     def _new_pass(self, x: Tensor, hook: Any) -> None:
         self.step += 1
@@ -170,10 +250,11 @@ class _Run:
         items = (self.by_layer if self.step == 0 else self.open_ended).get(layer)
         if not items:
             return x
-        return x + _delta(reading, items)[None]
+        base = self.original[layer] if self._first_constrained() else reading
+        return x + _delta(base, items)[None]
 
     def _freeze(self, x: Tensor, hook: Any) -> Tensor | None:
-        return self.patterns[hook.name] if self.step == 0 else None
+        return self.frozen[hook.name] if self.step == 0 else None
 
     def _logits(self, x: Tensor, hook: Any) -> None:
         self.logits.append(x.detach().clone())
@@ -196,12 +277,6 @@ def _setup(
     return tokens, readers, spliced, by_layer
 
 
-def _freeze_patterns(model: Any, run: _Run, tokens: Tensor) -> None:
-    """The clean run's attention patterns, for `freeze_attention`."""
-    _, cache = model.run_with_cache(tokens[None], names_filter=lambda n: n.endswith("attn.hook_pattern"))
-    run.patterns = {name: cache[name] for name in cache.keys()}
-
-
 @torch.no_grad()
 def feature_intervention(
     model: Any,
@@ -209,6 +284,7 @@ def feature_intervention(
     transcoders: Any,
     interventions: Sequence[tuple[Any, Any, Any, Any]],
     *,
+    constrained_layers: range | Sequence[int] | None = None,
     freeze_attention: bool = True,
     apply_activation_function: bool = True,
     return_activations: bool = True,
@@ -222,6 +298,10 @@ def feature_intervention(
         prompt: text or token ids; a BOS is put first unless the prompt starts with one.
         transcoders: one `Transcoder` per layer or a `CrossLayerTranscoder` (as `attribute` takes them).
         interventions: `(layer, pos, feature, value)` tuples; pos an int, slice or tensor of positions.
+        constrained_layers: layers whose MLP outputs are held at the clean run's (plus the change of
+            the transcoders' skip term) and which alone take the interventions' decoder rows, each
+            intervention moving its feature from its clean reading; all layers: every LayerNorm scale is
+            held too (direct effects only). Attention patterns are then held whatever freeze_attention.
         freeze_attention: hold the attention patterns at the clean run's (when there is an intervention).
         apply_activation_function: False to return the pre-activations instead.
         return_activations: False to return None for the activations.
@@ -233,10 +313,11 @@ def feature_intervention(
         "return_activations": return_activations,
     }
     tokens, readers, spliced, by_layer = _setup(caller, model, prompt, transcoders, interventions, flags)
+    constrained = _check_constrained(constrained_layers, model.cfg.n_layers, caller)
     run = _Run(model, readers, by_layer, {}, return_activations, apply_activation_function)
     with model.transcoders(spliced, use_error_term=True):
-        if freeze_attention and by_layer:
-            _freeze_patterns(model, run, tokens)
+        if (freeze_attention or constrained is not None) and by_layer:
+            run.freeze(tokens, constrained)
         logits = model.run_with_hooks(tokens[None], fwd_hooks=run.hooks())
     return logits, run.activations() if return_activations else None
 
@@ -250,6 +331,7 @@ def feature_intervention_generate(
     *,
     max_new_tokens: int,
     do_sample: bool = False,
+    constrained_layers: range | Sequence[int] | None = None,
     freeze_attention: bool = True,
     apply_activation_function: bool = True,
     return_activations: bool = True,
@@ -259,7 +341,8 @@ def feature_intervention_generate(
     for a text prompt, else the token ids `[1, pos + new]`, as `model.generate` returns them), the logits
     of each generation step `[new, d_vocab]` and the readings `[n_layers, pos + new - 1, d_sae]` (None
     with `return_activations=False`). The first step carries every intervention, with the attention
-    patterns frozen if `freeze_attention`; each later token carries the open-ended ones (`pos` a slice
+    patterns frozen if `freeze_attention` (and `constrained_layers` as in `feature_intervention`); each
+    later token carries the open-ended ones (`pos` a slice
     with no stop). `generate_kwargs` go to `model.generate` (temperature, top_k, top_p, seed,
     stop_at_eos, eos_token_id); it always uses its key/value cache.
     """
@@ -277,6 +360,7 @@ def feature_intervention_generate(
             )
     check_int_in_range(max_new_tokens, "max_new_tokens", 0, None, caller=caller)
     tokens, readers, spliced, by_layer = _setup(caller, model, prompt, transcoders, interventions, flags)
+    constrained = _check_constrained(constrained_layers, model.cfg.n_layers, caller)
     if tokens.shape[0] + max_new_tokens > model.cfg.n_ctx:
         raise ValueError(
             f"{caller}: prompt is {tokens.shape[0]} tokens (BOS included); with max_new_tokens={max_new_tokens} "
@@ -289,8 +373,8 @@ def feature_intervention_generate(
             open_ended[layer] = kept
     run = _Run(model, readers, by_layer, open_ended, return_activations, apply_activation_function)
     with model.transcoders(spliced, use_error_term=True):
-        if freeze_attention and by_layer:
-            _freeze_patterns(model, run, tokens)
+        if (freeze_attention or constrained is not None) and by_layer:
+            run.freeze(tokens, constrained)
         with model.hooks(fwd_hooks=run.hooks()):
             out = model.generate(
                 tokens[None],
