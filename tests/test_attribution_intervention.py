@@ -94,6 +94,8 @@ def test_equals_plain_hook_reference(tiny_model: GPT, which: str, freeze: bool) 
     torch.testing.assert_close(acts, ref_acts, rtol=0, atol=1e-5)
     clean, _ = feature_intervention(tiny_model, TOKENS, tcs, [])
     assert float((clean - logits).abs().max()) > 1e-3
+    _, sparse = feature_intervention(tiny_model, TOKENS, tcs, ivs, freeze_attention=freeze, sparse=True)
+    assert sparse is not None and sparse.is_sparse and torch.equal(sparse.to_dense(), acts)
 
 
 @pytest.mark.parametrize("constrained", [range(2), range(1, 2), range(0, 1)])

@@ -64,6 +64,10 @@ def compare(hf_model, hf_checkpoint_dir: Path, theirs_tc, mine_tc, label: str) -
         d_l = assert_close(logits, ref_logits, f"{label} logits constrained={constrained}")
         d_a = assert_close(acts, ref_acts, f"{label} activations constrained={constrained}")
         print(label, f"constrained={constrained}", "max |d logits|", d_l, "max |d acts|", d_a)
+    ref_sparse = theirs.feature_intervention(TOKENS, ivs, sparse=True)[1]
+    mine_sparse = feature_intervention(model, TOKENS, mine_tc, ivs, sparse=True)[1]
+    assert mine_sparse.is_sparse and ref_sparse.is_sparse
+    assert_close(mine_sparse.to_dense(), ref_sparse.to_dense(), f"{label} sparse activations")
     clean, _ = feature_intervention(model, TOKENS, mine_tc, [])
     moved, _ = feature_intervention(model, TOKENS, mine_tc, ivs)
     assert float((clean - moved).abs().max()) > 1e-3  # the interventions do something

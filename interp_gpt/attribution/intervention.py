@@ -259,8 +259,9 @@ class _Run:
     def _logits(self, x: Tensor, hook: Any) -> None:
         self.logits.append(x.detach().clone())
 
-    def activations(self) -> Tensor:
-        return torch.stack([torch.cat(per_layer, dim=0) for per_layer in self.acts])
+    def activations(self, sparse: bool = False) -> Tensor:
+        acts = torch.stack([torch.cat(per_layer, dim=0) for per_layer in self.acts])
+        return acts.to_sparse().coalesce() if sparse else acts
 
 
 def _setup(
@@ -287,6 +288,7 @@ def feature_intervention(
     constrained_layers: range | Sequence[int] | None = None,
     freeze_attention: bool = True,
     apply_activation_function: bool = True,
+    sparse: bool = False,
     return_activations: bool = True,
 ) -> tuple[Tensor, Tensor | None]:
     """The logits `[1, pos, d_vocab]` of `prompt` with `interventions` applied, and the transcoders'
@@ -304,12 +306,14 @@ def feature_intervention(
             held too (direct effects only). Attention patterns are then held whatever freeze_attention.
         freeze_attention: hold the attention patterns at the clean run's (when there is an intervention).
         apply_activation_function: False to return the pre-activations instead.
+        sparse: return the activations as a sparse (COO, coalesced) tensor.
         return_activations: False to return None for the activations.
     """
     caller = "feature_intervention"
     flags = {
         "freeze_attention": freeze_attention,
         "apply_activation_function": apply_activation_function,
+        "sparse": sparse,
         "return_activations": return_activations,
     }
     tokens, readers, spliced, by_layer = _setup(caller, model, prompt, transcoders, interventions, flags)
@@ -319,7 +323,7 @@ def feature_intervention(
         if (freeze_attention or constrained is not None) and by_layer:
             run.freeze(tokens, constrained)
         logits = model.run_with_hooks(tokens[None], fwd_hooks=run.hooks())
-    return logits, run.activations() if return_activations else None
+    return logits, run.activations(sparse) if return_activations else None
 
 
 @torch.no_grad()
@@ -334,6 +338,7 @@ def feature_intervention_generate(
     constrained_layers: range | Sequence[int] | None = None,
     freeze_attention: bool = True,
     apply_activation_function: bool = True,
+    sparse: bool = False,
     return_activations: bool = True,
     **generate_kwargs: Any,
 ) -> tuple[Any, Tensor, Tensor | None]:
@@ -351,6 +356,7 @@ def feature_intervention_generate(
         "do_sample": do_sample,
         "freeze_attention": freeze_attention,
         "apply_activation_function": apply_activation_function,
+        "sparse": sparse,
         "return_activations": return_activations,
     }
     for bad in ("use_past_kv_cache", "return_type", "prepend_bos", "input"):
@@ -388,4 +394,4 @@ def feature_intervention_generate(
     generation: Any = out
     if isinstance(prompt, str):
         generation = model.tokenizer.decode(out[0].tolist(), skip_special_tokens=True)
-    return generation, logits, run.activations() if return_activations and run.logits else None
+    return generation, logits, run.activations(sparse) if return_activations and run.logits else None
