@@ -171,3 +171,61 @@ def test_qk_attribution_bad_prompt_transcoders_and_model(tiny_model: GPT) -> Non
     short = GPT(Config(**{**tiny_model.cfg.__dict__, "positional_embedding_type": "shortformer"}))
     with pytest.raises(ValueError, match=r"qk_attribution: model.cfg.positional_embedding_type='shortformer'"):
         qk_attribution(short, TOKENS, tcs(), 1, 0, 3, 1)
+
+
+# ----- feature_intervention / feature_intervention_generate --------------------------------------------
+def test_bad_interventions_are_refused_by_name(tiny_model: GPT) -> None:
+    from interp_gpt.attribution import feature_intervention, feature_intervention_generate
+
+    fi = "feature_intervention"
+    cases: list[tuple[type[Exception], str, object]] = [
+        (ValueError, rf"{fi}: interventions\[0\]: layer=2 is out of range: the model has layers 0\.\.1", [(2, 1, 0, 1.0)]),
+        (ValueError, rf"{fi}: interventions\[1\]: layer=-1 is out of range", [(0, 1, 0, 1.0), (-1, 1, 0, 1.0)]),
+        (TypeError, rf"{fi}: interventions\[0\]: layer=1\.0: expected an int", [(1.0, 1, 0, 1.0)]),
+        (ValueError, rf"{fi}: interventions\[0\]: feature=16 is out of range: there are 16 features", [(0, 1, 16, 1.0)]),
+        (ValueError, rf"{fi}: interventions\[0\]: feature=99 is out of range", [(0, 1, torch.tensor([1, 99]), 1.0)]),
+        (TypeError, rf"{fi}: interventions\[0\]: feature='a'", [(0, 1, "a", 1.0)]),
+        (ValueError, rf"{fi}: interventions\[0\]: pos=5 is out of range: there are 5 positions", [(0, 5, 0, 1.0)]),
+        (ValueError, rf"{fi}: interventions\[0\]: pos=-6 is out of range", [(0, -6, 0, 1.0)]),
+        (ValueError, rf"{fi}: interventions\[0\]: pos: slice\(7, None, None\) selects none of the 5 positions", [(0, slice(7, None), 0, 1.0)]),
+        (TypeError, rf"{fi}: interventions\[0\]: pos=1\.5: expected an int, a slice", [(0, 1.5, 0, 1.0)]),
+        (TypeError, rf"{fi}: interventions\[0\]: value='big': expected a number", [(0, 1, 0, "big")]),
+        (ValueError, rf"{fi}: interventions\[0\]: value=nan: expected a finite number", [(0, 1, 0, float("nan"))]),
+        (TypeError, rf"{fi}: interventions\[0\]=\(0, 1, 0\): expected a \(layer, pos, feature, value\) tuple", [(0, 1, 0)]),
+        (TypeError, rf"{fi}: interventions: expected a list of \(layer, pos, feature, value\), got dict", {0: 1}),
+    ]  # fmt: skip
+    for error, match, ivs in cases:
+        with pytest.raises(error, match=match):
+            feature_intervention(tiny_model, TOKENS, tcs(), ivs)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"feature_intervention_generate: interventions\[0\]: layer=3 is out of range"):
+        feature_intervention_generate(tiny_model, TOKENS, tcs(), [(3, 1, 0, 1.0)], max_new_tokens=2)
+    with pytest.raises(TypeError, match=r"feature_intervention: freeze_attention='yes': expected True or False"):
+        feature_intervention(tiny_model, TOKENS, tcs(), [], freeze_attention="yes")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"feature_intervention: constrained_layers: layer 2 is out of range"):
+        feature_intervention(tiny_model, TOKENS, tcs(), [], constrained_layers=range(3))
+    with pytest.raises(TypeError, match=r"feature_intervention: constrained_layers=\(0, 'a'\): expected a range"):
+        feature_intervention(tiny_model, TOKENS, tcs(), [], constrained_layers=(0, "a"))  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"feature_intervention_generate: use_past_kv_cache= is not taken"):
+        feature_intervention_generate(tiny_model, TOKENS, tcs(), [], max_new_tokens=2, use_past_kv_cache=False)
+
+
+def test_wrong_transcoders_for_an_intervention_are_refused_by_name(tiny_model: GPT) -> None:
+    from interp_gpt.attribution import feature_intervention, feature_intervention_generate
+
+    with pytest.raises(ValueError, match=r"feature_intervention: .*transcoders\[1\].*d_in=32.*d_model=64"):
+        feature_intervention(tiny_model, TOKENS, [tc(0), tc(1, d_in=32)], [])
+    with pytest.raises(ValueError, match=r"feature_intervention: transcoders: none for layers \[1\]"):
+        feature_intervention(tiny_model, TOKENS, [tc(0)], [(0, 1, 0, 1.0)])
+    with pytest.raises(TypeError, match=r"feature_intervention_generate: transcoders: expected a list of Transcoder"):
+        feature_intervention_generate(tiny_model, TOKENS, "tcs", [], max_new_tokens=2)
+    with pytest.raises(ValueError, match=r"feature_intervention: prompt has no tokens"):
+        feature_intervention(tiny_model, torch.tensor([], dtype=torch.long), tcs(), [])
+    with pytest.raises(ValueError, match=r"feature_intervention_generate: max_new_tokens=-1"):
+        feature_intervention_generate(tiny_model, TOKENS, tcs(), [], max_new_tokens=-1)
+    n_ctx = tiny_model.cfg.n_ctx
+    with pytest.raises(
+        ValueError, match=rf"feature_intervention_generate: prompt is 5 tokens .*max_new_tokens={n_ctx}"
+    ):
+        feature_intervention_generate(tiny_model, TOKENS, tcs(), [], max_new_tokens=n_ctx)
+    with pytest.raises(ValueError, match=r"feature_intervention: prompt is .* tokens .*the model's context is"):
+        feature_intervention(tiny_model, torch.zeros(n_ctx + 1, dtype=torch.long), tcs(), [])

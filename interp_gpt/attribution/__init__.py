@@ -2,11 +2,14 @@
 
 `attribute(model, prompt, transcoders)` builds a graph (circuit-tracer's `attribute`, see `attribute.py`);
 `AttributionGraph` holds it, with circuit-tracer's fields and node order (see `graph.py`).
-`prune_graph` / `compute_graph_scores` prune and score it, `to_json` writes circuit-tracer's graph JSON:
+`prune_graph` / `compute_graph_scores` prune and score it, `to_json` writes circuit-tracer's graph JSON;
+`feature_intervention` / `feature_intervention_generate` set features and rerun or generate (see
+`intervention.py`):
 
     >>> node_mask, edge_mask, cumulative_scores = prune_graph(graph, node_threshold=0.8, edge_threshold=0.98)
     >>> replacement, completeness = compute_graph_scores(graph)
     >>> to_json(graph, "graph.json", slug="my-prompt", tokenizer=model.tokenizer, scan="my-transcoders")
+    >>> logits, activations = feature_intervention(model, prompt, transcoders, [(1, -1, 3, 5.0)])
 
 `qk_attribution(model, prompt, transcoders, layer, head, query_pos, key_pos)` splits a head's attention
 score at (query, key) into query-side and key-side terms (see `qk.py`):
@@ -20,6 +23,7 @@ from __future__ import annotations
 from .attribute import attribute
 from .graph import AttributionGraph, LogitTarget
 from .graph_json import to_json
+from .intervention import feature_intervention, feature_intervention_generate
 from .prune import PruneResult, compute_graph_scores, prune_graph
 from .qk import QKAttribution, QKTerm, qk_attribution
 
@@ -29,6 +33,8 @@ __all__ = [
     "attribute",
     "PruneResult",
     "compute_graph_scores",
+    "feature_intervention",
+    "feature_intervention_generate",
     "prune_graph",
     "to_json",
     "QKAttribution",
