@@ -32,16 +32,8 @@ from .trainer import NonFiniteTrainingError, SAETrainer, SAETrainingConfig
 __all__ = ["add_arguments", "run", "run_command", "main"]
 
 
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    """The train-sae options (this module's command and `interp-gpt train-sae`)."""
-    p.add_argument("--model", default="tiny-gpt2", help="model name, hub id, folder or weights file")
-    p.add_argument("--hook", default="blocks.1.hook_resid_pre", help="the hook to train on")
-    p.add_argument("--data", default="data/corpus", help="folder of .txt files (split by --val-frac)")
-    p.add_argument("--val-frac", type=float, default=0.1, help="tail of each file kept for validation")
-    p.add_argument("--architecture", choices=("topk", "standard"), default="topk")
-    p.add_argument("--d-sae", type=int, default=1024)
-    p.add_argument("--k", type=int, default=32, help="active features per token (topk)")
-    p.add_argument("--l1-coefficient", type=float, default=1.0, help="(standard)")
+def add_run_arguments(p: argparse.ArgumentParser) -> None:
+    """The optimisation and run options train-sae and train-transcoder share (checked by `_check_args`)."""
     p.add_argument("--lr", type=float, default=4e-4)
     p.add_argument("--lr-warm-up-steps", type=int, default=0)
     p.add_argument("--lr-decay-steps", type=int, default=0)
@@ -52,6 +44,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--log-every", type=int, default=100)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The train-sae options (this module's command and `interp-gpt train-sae`)."""
+    p.add_argument("--model", default="tiny-gpt2", help="model name, hub id, folder or weights file")
+    p.add_argument("--hook", default="blocks.1.hook_resid_pre", help="the hook to train on")
+    p.add_argument("--data", default="data/corpus", help="folder of .txt files (split by --val-frac)")
+    p.add_argument("--val-frac", type=float, default=0.1, help="tail of each file kept for validation")
+    p.add_argument("--architecture", choices=("topk", "standard"), default="topk")
+    p.add_argument("--d-sae", type=int, default=1024)
+    p.add_argument("--k", type=int, default=32, help="active features per token (topk)")
+    p.add_argument("--l1-coefficient", type=float, default=1.0, help="(standard)")
+    add_run_arguments(p)
     p.add_argument(
         "--out",
         required=True,

@@ -31,7 +31,7 @@ from .clt import _CLT_FILE, CLTConfig, CrossLayerTranscoder, save_clt
 from .config import SAEMetadata
 from .data import activation_batches, split_corpus, token_windows
 from .train_command import _check_args as _check_sae_args
-from .train_command import train_save_evaluate
+from .train_command import add_run_arguments, train_save_evaluate
 from .transcoder import Transcoder, save_transcoders
 from .transcoder_config import TranscoderConfig
 from .transcoder_evaluation import evaluate_transcoders
@@ -61,16 +61,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--l0-coefficient", type=float, default=1.0, help="(jumprelu)")
     p.add_argument("--jumprelu-bandwidth", type=float, default=0.05, help="(jumprelu) the estimators' window")
     p.add_argument("--jumprelu-init-threshold", type=float, default=0.01, help="(jumprelu)")
-    p.add_argument("--lr", type=float, default=4e-4)
-    p.add_argument("--lr-warm-up-steps", type=int, default=0)
-    p.add_argument("--lr-decay-steps", type=int, default=0)
-    p.add_argument("--batch-size", type=int, default=4096, help="rows (tokens) per step")
-    p.add_argument("--context-size", type=int, default=128)
-    p.add_argument("--n-tokens", type=int, default=4_000_000, help="training tokens (steps x batch size)")
-    p.add_argument("--val-windows", type=int, default=0, help="validation windows for the metrics (0: all)")
-    p.add_argument("--log-every", type=int, default=100)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+    add_run_arguments(p)
     p.add_argument(
         "--format", choices=("saelens", "circuit-tracer"), default=None,
         help="files of a PLT set (default saelens); a CLT is always circuit-tracer's CLT folder",
