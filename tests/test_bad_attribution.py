@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 import torch
 
 from interp_gpt import GPT
 from interp_gpt.attribution import attribute
-from interp_gpt.sae import CLTConfig, CrossLayerTranscoder, Transcoder, TranscoderConfig
+from interp_gpt.sae import SAE, CLTConfig, CrossLayerTranscoder, SAEConfig, Transcoder, TranscoderConfig
 
 TOKENS = torch.tensor([0, 5, 9, 17, 3])
 
@@ -229,3 +231,50 @@ def test_wrong_transcoders_for_an_intervention_are_refused_by_name(tiny_model: G
         feature_intervention_generate(tiny_model, TOKENS, tcs(), [], max_new_tokens=n_ctx)
     with pytest.raises(ValueError, match=r"feature_intervention: prompt is .* tokens .*the model's context is"):
         feature_intervention(tiny_model, torch.zeros(n_ctx + 1, dtype=torch.long), tcs(), [])
+
+
+# ----- one way in: the model (interp_gpt.prepare.checked_model), for every entry point ---------------------
+def _entry_points() -> list[tuple[str, Any]]:
+    from interp_gpt.attribution import feature_intervention, feature_intervention_generate, qk_attribution
+
+    return [
+        ("attribute", lambda m: attribute(m, TOKENS, tcs())),
+        ("qk_attribution", lambda m: qk_attribution(m, TOKENS, tcs(), 1, 0, 3, 1)),
+        ("feature_intervention", lambda m: feature_intervention(m, TOKENS, tcs(), [(0, 1, 0, 1.0)])),
+        ("feature_intervention_generate", lambda m: feature_intervention_generate(m, TOKENS, tcs(), [], max_new_tokens=1)),
+    ]  # fmt: skip
+
+
+def test_a_model_that_is_no_gpt_is_refused_by_name() -> None:
+    for name, call in _entry_points():
+        with pytest.raises(TypeError, match=rf"^{name}: model must be an interp_gpt GPT, got str"):
+            call("gpt2")
+
+
+@pytest.mark.parametrize("error_term", [False, True])
+@pytest.mark.parametrize("what", ["sae", "transcoder"])
+def test_a_model_with_a_module_spliced_in_is_refused(tiny_model: GPT, what: str, error_term: bool) -> None:
+    """The replacement model is hooks on the unchanged model: with an SAE or a transcoder spliced in (even
+    with its error term) `attribute` built a different graph without a word (gradients pass through the
+    module's reconstruction only); every entry point now refuses by name, and leaves the splice in place."""
+    ts = tcs()
+    clean = attribute(tiny_model, TOKENS, ts).adjacency_matrix
+    if what == "sae":
+        module: Any = SAE(SAEConfig(d_in=64, d_sae=32, metadata={"hook_name": "blocks.1.hook_resid_pre"}))
+        module.init_weights(seed=3)
+        where, kind = "blocks.1.hook_resid_pre", r"an SAE \(standard, d_in=64, d_sae=32"
+    else:
+        module = tc(0)
+        module.init_weights(seed=3)
+        where, kind = "blocks.0.hook_mlp_out", r"a Transcoder \("
+    tiny_model.add_sae(module, use_error_term=error_term)
+    try:
+        for name, call in _entry_points():
+            with pytest.raises(
+                ValueError, match=rf"^{name}: {kind}.*\) is spliced in at '{where}'; .*model.reset_saes\(\)"
+            ):
+                call(tiny_model)
+        assert list(tiny_model.acts_to_saes) == [where]
+    finally:
+        tiny_model.reset_saes()
+    torch.testing.assert_close(attribute(tiny_model, TOKENS, ts).adjacency_matrix, clean)

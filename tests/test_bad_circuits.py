@@ -96,6 +96,20 @@ def test_text_rows_of_different_lengths_are_refused_naming_the_row_and_both_leng
         call(["The cat sat", "ab"], text_model.to_tokens(["The dog ran", "The cat sat"]))
 
 
+@pytest.mark.parametrize("name", ENTRY_POINTS)
+def test_bad_token_tensors_are_refused_naming_the_caller(model, name):
+    """The prompts come in through the one way in (interp_gpt.prepare.prompts), which names the caller."""
+    call = dict(_entry_points(model))[name]
+    bad_id = tokens(1).clone()
+    bad_id[1, 2] = TWO.d_vocab
+    with pytest.raises(ValueError, match=rf"^{name}: clean_tokens: token id 60 at \[batch, posn\] = \[1, 2\]"):
+        call(bad_id, tokens(2))
+    with pytest.raises(ValueError, match=rf"^{name}: corrupted_tokens: 17 tokens is longer than the context of 16"):
+        call(tokens(1), tokens(2, (2, 17)))
+    with pytest.raises(TypeError, match=rf"^{name}: corrupted_tokens must be a string, a list of strings or a"):
+        call(tokens(1), 3.0)
+
+
 def test_text_pairs_of_equal_lengths_patch_as_the_brute_force_reference(text_model):
     clean, corrupted = ["The cat sat", "ab"], ["The dog ran", "the"]  # rows 5 / 2 tokens on both sides
     c_ids, x_ids = text_model.to_tokens(clean), text_model.to_tokens(corrupted)

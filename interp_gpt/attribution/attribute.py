@@ -40,9 +40,10 @@ import torch
 from torch import Tensor
 from tqdm.auto import tqdm  # type: ignore[import-untyped]
 
-from ..checks import check_int_in_range, check_token_ids
+from ..checks import check_int_in_range
 from ..sae.clt import CrossLayerTranscoder
-from ..sae.transcoder import Transcoder, check_transcoder_fits
+from ..sae.transcoder import Transcoder
+from ._inputs import prepare
 from .graph import AttributionGraph
 from .replacement import ForwardPass, Readers, run_forward
 from .targets import logit_targets
@@ -83,8 +84,7 @@ def attribute(
         update_interval: batches between re-rankings of the features by influence.
         verbose: a progress bar over the feature targets.
     """
-    readers = _check_transcoders(model, transcoders)
-    tokens = _prompt_tokens(model, prompt)
+    model, tokens, readers = prepare(model, prompt, transcoders, _CALLER)
     check_int_in_range(max_n_logits, "max_n_logits", 1, None, caller=_CALLER)
     if isinstance(desired_logit_prob, bool) or not isinstance(desired_logit_prob, (int, float)):
         raise TypeError(f"{_CALLER}: desired_logit_prob={desired_logit_prob!r}: expected a number in (0, 1]")
@@ -239,96 +239,3 @@ def _partial_influence(edges: Tensor, weights: Tensor, row_node: Tensor, max_ite
     raise RuntimeError(
         f"{_CALLER}: the feature influences did not converge in {max_iter} steps (a cycle in the graph?)"
     )
-
-
-def _prompt_tokens(model: Any, prompt: Any, caller: str = _CALLER) -> Tensor:
-    """The prompt's token ids `[pos]`, with a BOS first (circuit-tracer's ensure_tokenized), checked."""
-    tok = getattr(model, "tokenizer", None)
-    if isinstance(prompt, str):
-        if not prompt:
-            raise ValueError(f"{caller}: prompt is empty; pass some text or token ids")
-        if tok is None:
-            raise ValueError(f"{caller}: prompt={prompt[:40]!r} is text but the model has no tokenizer; pass token ids")
-        tokens = model.to_tokens(prompt, prepend_bos=False)[0]
-    elif isinstance(prompt, list) and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
-        tokens = torch.tensor(prompt, dtype=torch.long)
-    elif isinstance(prompt, Tensor):
-        if prompt.ndim == 2 and prompt.shape[0] == 1:
-            prompt = prompt[0]
-        if prompt.ndim != 1 or prompt.is_floating_point() or prompt.dtype == torch.bool:
-            raise TypeError(
-                f"{caller}: prompt: a {prompt.dtype} tensor of shape {tuple(prompt.shape)}; expected token ids "
-                "[pos] (or [1, pos])"
-            )
-        tokens = prompt.to(torch.long)
-    else:
-        raise TypeError(f"{caller}: prompt={prompt!r}: expected text, a list of token ids or a tensor of token ids")
-    if tokens.numel() == 0:
-        raise ValueError(f"{caller}: prompt has no tokens; pass some text or token ids")
-    check_token_ids(tokens, model.cfg.d_vocab, "prompt", caller=caller)
-    if tok is not None:
-        special = {getattr(tok, n, None) for n in ("bos_token_id", "eos_token_id", "pad_token_id")} - {None}
-        if int(tokens[0]) not in special:
-            tokens = torch.cat([torch.tensor([tok.bos_token_id]), tokens])
-    n_ctx = model.cfg.n_ctx
-    if tokens.shape[0] > n_ctx:
-        raise ValueError(f"{caller}: prompt is {tokens.shape[0]} tokens (BOS included); the model's context is {n_ctx}")
-    return tokens.to(model.W_E.device)
-
-
-def _check_transcoders(model: Any, transcoders: Any, caller: str = _CALLER) -> Readers:
-    """One transcoder per layer, each fitting its layer (converted to the model's weights), or a CLT."""
-    n, d = model.cfg.n_layers, model.cfg.d_model
-    if isinstance(transcoders, CrossLayerTranscoder):
-        if transcoders.n_layers != n:
-            raise ValueError(f"{caller}: transcoders: a CLT over {transcoders.n_layers} layers; the model has {n}")
-        clt = transcoders.converted_to(model)
-        for layer in range(n):
-            _check_hooks(
-                model, clt.input_hook(layer), clt.output_hook(layer), layer, f"the CLT's layer {layer}", caller
-            )
-        if clt.cfg.d_in != d or clt.cfg.d_out != d:
-            raise ValueError(
-                f"{caller}: transcoders: the CLT reads {clt.cfg.d_in} and writes {clt.cfg.d_out} wide; "
-                f"the model's MLP input and output are d_model={d}"
-            )
-        return Readers(clt, n)
-    if isinstance(transcoders, Transcoder):
-        transcoders = [transcoders]
-    if not isinstance(transcoders, (list, tuple)) or not all(isinstance(t, Transcoder) for t in transcoders):
-        raise TypeError(
-            f"{caller}: transcoders: expected a list of Transcoder (one per layer) or a CrossLayerTranscoder, "
-            f"got {type(transcoders).__name__}"
-        )
-    by_layer: dict[int, Transcoder] = {}
-    for i, tc in enumerate(transcoders):
-        arg = f"transcoders[{i}]"
-        check_transcoder_fits(model, tc, caller=caller, arg=arg)
-        if tc.layer is None:
-            raise ValueError(f"{caller}: {arg}: its hooks {tc.input_hook!r}, {tc.output_hook!r} name no layer")
-        if tc.layer in by_layer:
-            raise ValueError(f"{caller}: {arg}: a second transcoder for layer {tc.layer}")
-        for field, width in (("d_in", tc.d_in), ("d_out", tc.d_out)):
-            if width != d:
-                raise ValueError(f"{caller}: {arg}: {field}={width} does not fit the model's MLP, d_model={d}")
-        by_layer[tc.layer] = tc
-    missing = [layer for layer in range(n) if layer not in by_layer]
-    if missing:
-        raise ValueError(
-            f"{caller}: transcoders: none for layers {missing}; the replacement model needs one for every layer 0..{n - 1}"
-        )
-    converted = [by_layer[layer].converted_to(model) for layer in range(n)]
-    for layer, tc in enumerate(converted):
-        _check_hooks(model, tc.input_hook, tc.output_hook, layer, f"the transcoder of layer {layer}", caller)
-    return Readers(converted, n)
-
-
-def _check_hooks(model: Any, read: str | None, write: str | None, layer: int, what: str, caller: str = _CALLER) -> None:
-    if write != f"blocks.{layer}.hook_mlp_out":
-        raise ValueError(f"{caller}: {what} writes {write!r}; attribution replaces MLPs: blocks.{layer}.hook_mlp_out")
-    ok = ("ln2.hook_normalized", "hook_resid_mid")
-    if read not in [f"blocks.{layer}.{h}" for h in ok]:
-        raise ValueError(
-            f"{caller}: {what} reads {read!r}; attribution reads the MLP's input at blocks.{layer}.{ok[0]} "
-            f"or blocks.{layer}.{ok[1]}"
-        )

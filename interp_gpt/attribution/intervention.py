@@ -53,7 +53,7 @@ import torch
 from torch import Tensor
 
 from ..checks import check_int_in_range
-from .attribute import _check_transcoders, _prompt_tokens
+from ._inputs import prepare
 
 __all__ = ["feature_intervention", "feature_intervention_generate"]
 
@@ -270,8 +270,7 @@ def _setup(
     for name, flag in flags.items():
         if not isinstance(flag, bool):
             raise TypeError(f"{caller}: {name}={flag!r}: expected True or False")
-    tokens = _prompt_tokens(model, prompt, caller)
-    readers = _check_transcoders(model, transcoders, caller)
+    model, tokens, readers = prepare(model, prompt, transcoders, caller)
     spliced = readers.plts if readers.plts is not None else readers.clt
     d_sae = readers.encoder(0).shape[1]
     by_layer = _check_interventions(interventions, model.cfg.n_layers, tokens.shape[0], d_sae, caller)

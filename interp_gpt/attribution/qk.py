@@ -64,7 +64,7 @@ from torch import Tensor
 from ..checks import check_index
 from ..sae.clt import CrossLayerTranscoder
 from ..sae.transcoder import Transcoder
-from .attribute import _check_transcoders, _prompt_tokens
+from ._inputs import prepare
 from .graph import AttributionGraph
 from .replacement import Readers, freezing_hooks
 
@@ -174,11 +174,10 @@ def qk_attribution(
         query_pos, key_pos: positions in the prompt's tokens, BOS included (negative counts from the end);
             the key at or before the query.
     """
-    cfg = model.cfg
     if isinstance(prompt, AttributionGraph):
         prompt = prompt.input_tokens
-    tokens = _prompt_tokens(model, prompt, _CALLER)
-    readers = _check_transcoders(model, transcoders, _CALLER)
+    model, tokens, readers = prepare(model, prompt, transcoders, _CALLER)
+    cfg = model.cfg
     layer = check_index(layer, cfg.n_layers, "layer", "layers", caller=_CALLER)
     head = check_index(head, cfg.n_heads, "head", "heads", caller=_CALLER)
     n_pos = tokens.shape[0]

@@ -7,7 +7,8 @@ v input, an MLP, the logits): 32,491 edges for GPT-2 small. An attention-only mo
 positions the input sender is the token embedding alone. Edge methods return `[n_edges]`
 tensors in the graph's edge order, so scores, masks and circuits line up.
 
-Every entry point checks its inputs once, with one rule each (`_inputs.py`, `Graph.edge_indices`):
+Every entry point checks its inputs once, with one rule each (`_inputs.py` on the model and prompt
+steps every analysis package shares, `interp_gpt.prepare`; `Graph.edge_indices`):
 edges are names, indices or a bool mask (an integer 0/1 mask, a float tensor, an index out of range
 or given twice is refused); prompts given as text are refused when a clean row and its corrupted
 row tokenize to different lengths (token tensors are taken as given: every position real); an
@@ -15,7 +16,8 @@ SAE spliced without its error term is refused (any SAE for EAP / EAP-IG, whose g
 pass through its reconstruction); EAP / EAP-IG refuse a metric whose gradient is zero everywhere.
 
 The modules, by job: `graph.py` (nodes, edges, names), `_inputs.py` (the checks every entry point
-shares), `_run.py` (the batched edge-patched forward on the model's own hook points), `patch.py` (`patch_edges`, `path_patch`, transformer-lens 4.3's
+shares, edge sets, the clean run), `_run.py` (the batched edge-patched forward on the model's own hook
+points, `run_edge_sets`), `patch.py` (`patch_edges`, `path_patch`, transformer-lens 4.3's
 `get_act_patch_direct_path*`), `scores.py` (`eap_scores`, `eap_ig_scores`, `exact_edge_scores`), `circuit.py` (`Circuit`: top-k,
 threshold, `acdc`, pruning; `faithfulness`, `faithfulness_curve`).
 

@@ -1,7 +1,9 @@
 """The checks every circuit entry point shares, run once where its inputs enter (then one clean run).
+The model and the prompts come in through the one way in the analysis packages share
+(`interp_gpt.prepare`); what is the circuits' own is checked here.
 
 - The model: an interp_gpt GPT with no SAE spliced in that would change what the edge graph
-  reads (`check_saes`).
+  reads (`circuit_model`).
 - Prompts: clean and corrupted (or the ablation's reference) line up row by row and position by
   position. Strings are tokenized (right-padded, as `model.to_tokens`) and each row's real length
   is known: a clean row and its corrupted row must have the same number of tokens, or the call is
@@ -9,21 +11,21 @@
   position's values into a real one. Token tensors are taken as given: every position is a real
   token. The "mean" and "resample" ablations mix the reference's rows position by position, so
   its rows (the clean ones by default) must all be of one length.
+- Edge sets (`edge_sets_of`): names, indices or masks, as `Graph.edge_indices` takes them.
 - Caches (the direct-path sweeps): each holds the hooks needed, for the tokens' batch and positions.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
 from torch import Tensor
 
-from ..checks import check_int_in_range, check_shape, check_type
+from ..checks import check_int_in_range, check_shape
 from ..model import GPT
-from ..patching.generic import as_tokens
+from ..prepare import Prompts, checked_model, prompts
 from ._run import BaseRun, SenderValues, base_run
 from .graph import Graph
 
@@ -34,57 +36,29 @@ ABLATIONS = ("zero", "mean", "resample")
 # the model
 # ----------------------------------------------------------------------------
 def circuit_model(model: Any, caller: str, gradient: bool = False) -> GPT:
-    """`model`, checked: a GPT whose spliced SAEs (if any) leave the edge graph exact."""
-    model = check_type(model, GPT, "model", "an interp_gpt GPT", caller)
-    check_saes(model, caller, gradient)
-    return model
+    """`model`, checked (the one way in, `interp_gpt.prepare.checked_model`): a GPT whose spliced SAEs
+    (if any) leave the edge graph exact. An SAE without the error term replaces the activation after the
+    senders are read there (so edges carry values the model no longer uses); with `gradient` (EAP), any
+    SAE, since gradients pass through its reconstruction only, even with the error term."""
+    if gradient:
+        return checked_model(model, caller, splices="none", why=_GRADIENT_WHY)
+    return checked_model(model, caller, splices="error_term", why=_ERROR_TERM_WHY)
 
 
-def check_saes(model: GPT, caller: str, gradient: bool = False) -> None:
-    """Refuse a spliced SAE that changes what the edge graph reads: one without the error term
-    replaces the activation after the senders are read there (so edges carry values the model no
-    longer uses); with `gradient` (EAP), any SAE, since gradients pass through its
-    reconstruction only, even with the error term."""
-    for name, sae in getattr(model, "acts_to_saes", {}).items():
-        point: Any = model.hook_dict[name]
-        if gradient:
-            raise ValueError(
-                f"{caller}: an SAE ({sae.extra_repr()}) is spliced in at {name!r}; gradients pass through "
-                "its reconstruction only (with or without the error term), so edge attribution would not "
-                "be the model's gradient: take it out with model.reset_saes() (exact edge patching, "
-                "patch_edges / exact_edge_scores, is exact with an SAE spliced with use_error_term=True)"
-            )
-        if not point.use_error_term:
-            raise ValueError(
-                f"{caller}: an SAE ({sae.extra_repr()}) is spliced in at {name!r} without the error term; "
-                "it replaces that activation after the edge graph reads its senders, so edge patches "
-                "would be wrong: splice it with model.add_sae(sae, use_error_term=True), or take it out "
-                "with model.reset_saes()"
-            )
+_GRADIENT_WHY = (
+    "gradients pass through its reconstruction only (with or without the error term), so edge attribution "
+    "would not be the model's gradient: take it out with model.reset_saes() (exact edge patching, "
+    "patch_edges / exact_edge_scores, is exact with an SAE spliced with use_error_term=True)"
+)
+_ERROR_TERM_WHY = (
+    "it replaces that activation after the edge graph reads its senders, so edge patches would be wrong: "
+    "splice it with model.add_sae(sae, use_error_term=True), or take it out with model.reset_saes()"
+)
 
 
 # ----------------------------------------------------------------------------
 # prompts
 # ----------------------------------------------------------------------------
-@dataclass
-class Prompts:
-    """Token ids `[batch, pos]` and each row's number of real tokens (None: every position is real)."""
-
-    ids: Tensor
-    lengths: list[int] | None
-
-    def length(self, row: int) -> int:
-        return self.ids.shape[1] if self.lengths is None else self.lengths[row]
-
-
-def prompts(model: GPT, x: Any, arg: str) -> Prompts:
-    """Token ids from strings (with each row's real length) or token ids (every position real)."""
-    if isinstance(x, (str, list)) and (isinstance(x, str) or all(isinstance(s, str) for s in x)):
-        ids, mask = model.to_tokens(x, return_mask=True)
-        return Prompts(ids, [int(n) for n in mask.sum(dim=1).tolist()])
-    return Prompts(as_tokens(model, x, arg), None)
-
-
 def check_rows_align(clean: Prompts, other: Prompts, arg: str, caller: str) -> None:
     """Refuse `other` unless each of its rows has the clean row's shape of real tokens."""
     n_clean, n_other = clean.ids.shape[0], other.ids.shape[0]
@@ -133,12 +107,12 @@ def prepare(
     `gradient`: the caller differentiates the model (EAP)."""
     model = circuit_model(model, caller, gradient)
     graph = Graph(model.cfg)
-    clean_p = prompts(model, clean, "clean_tokens")
+    clean_p = prompts(model, clean, "clean_tokens", caller)
     other: Tensor
     if isinstance(corrupted, str) and corrupted in ABLATIONS:
         ref_p = clean_p
         if reference is not None:
-            ref_p = prompts(model, reference, "reference")
+            ref_p = prompts(model, reference, "reference", caller)
             if ref_p.ids.shape[1] != clean_p.ids.shape[1]:
                 raise ValueError(
                     f"{caller}: reference has {ref_p.ids.shape[1]} positions but clean_tokens has "
@@ -179,7 +153,7 @@ def prepare(
     else:
         if reference is not None:
             raise ValueError(f"{caller}: reference= is for the 'mean' and 'resample' ablations, not corrupted tokens")
-        other_p = prompts(model, corrupted, "corrupted_tokens")
+        other_p = prompts(model, corrupted, "corrupted_tokens", caller)
         check_rows_align(clean_p, other_p, "corrupted_tokens", caller)
         base = base_run(model, clean_p.ids)
         other = base_run(model, other_p.ids).senders
@@ -188,6 +162,27 @@ def prepare(
         return other[:, :, ps]
 
     return model, graph, base, other_of, other
+
+
+# ----------------------------------------------------------------------------
+# edge sets
+# ----------------------------------------------------------------------------
+def edge_sets_of(graph: Graph, edge_sets: Any, caller: str = "patch_edges") -> list[Tensor]:
+    """Edge index tensors from a sequence of edge sets (each anything `Graph.edge_indices` takes:
+    names, indices, one name, one index, a bool mask) or a bool tensor `[n_sets, n_edges]`."""
+    if isinstance(edge_sets, Tensor):
+        if edge_sets.dtype != torch.bool or edge_sets.ndim != 2 or edge_sets.shape[1] != graph.n_edges:
+            raise ValueError(
+                f"{caller}: edge_sets: a tensor must be a bool mask [n_sets, {graph.n_edges}] (n_edges), "
+                f"got {edge_sets.dtype} of shape {tuple(edge_sets.shape)}"
+            )
+        return [row.nonzero().flatten().cpu() for row in edge_sets]
+    if isinstance(edge_sets, (str, int)) or not isinstance(edge_sets, Sequence):
+        raise TypeError(
+            f"{caller}: edge_sets must be a sequence of edge sets (e.g. [['a0.h1 -> a1.h0<k>'], ['m0 -> logits']]) "
+            f"or a bool tensor [n_sets, n_edges], got {type(edge_sets).__name__}; wrap a single set in a list"
+        )
+    return [graph.edge_indices(s, arg=f"edge_sets[{i}]", caller=caller).sort().values for i, s in enumerate(edge_sets)]
 
 
 # ----------------------------------------------------------------------------

@@ -12,17 +12,20 @@ head input pay for the per-head inputs.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import Tensor
+from tqdm.auto import tqdm  # type: ignore[import-untyped]
 
+from ..checks import check_index, check_int_in_range
 from ..config import Config
 from ..hooks import HookPoint
 from ..model import GPT
+from ..patching.generic import DEFAULT_ROWS_PER_FORWARD, metric_value, user_hooked_points, warn_unbatched
 from .graph import QKV, Graph
 
 # Floats (over all copies) the per-(copy, sender) differences of one batched forward may hold:
@@ -71,6 +74,10 @@ class BaseRun:
     senders: Tensor  # [batch, pos, n_senders, d_model]
     resid: list[Tensor]  # resid[L]: the residual stream entering layer L; resid[n_layers]: before ln_final
     resid_mid: list[Tensor]  # [batch, pos, d_model] per layer: the MLP's input (empty if attn_only)
+
+    def sender_values(self, ps: Tensor) -> Tensor:
+        """`[batch, pos, k, d_model]` the outputs of senders `ps` `[k]` in this run (a `SenderValues`)."""
+        return self.senders[:, :, ps]
 
 
 def base_run(model: GPT, tokens: Tensor) -> BaseRun:
@@ -129,6 +136,7 @@ def receiver_hook(model: GPT, layer: int, kind: str) -> HookPoint:
 
 
 SenderValues = Callable[[Tensor], Tensor]  # sender indices [k] -> outputs [batch or 1, pos, k, d_model]
+Metric = Callable[[Tensor], Any]  # logits [batch, pos, d_vocab] -> a scalar
 
 
 def patched_logits(
@@ -367,3 +375,95 @@ def chunks(n_pairs: list[int], rows_per_copy: int, d_model: int, max_copies: int
     if cur:
         out.append(cur)
     return out
+
+
+# ----------------------------------------------------------------------------
+# one patched run per edge set, batched (every circuit tool's runs)
+# ----------------------------------------------------------------------------
+def check_positions(logit_positions: Any, n_pos: int) -> list[int] | None:
+    """`logit_positions` (None, an int or a list of ints) as sorted positions 0..n_pos-1."""
+    if logit_positions is None:
+        return None
+    items = [logit_positions] if isinstance(logit_positions, int) else logit_positions
+    if isinstance(items, (str, bytes)) or not isinstance(items, Sequence) or not items:
+        raise TypeError(f"logit_positions must be None, a position or a list of positions, got {logit_positions!r}")
+    return sorted({check_index(p, n_pos, "logit_positions", "positions") for p in items})
+
+
+def _start(graph: Graph, edges: Tensor) -> int:
+    if not len(edges):
+        return graph.n_layers
+    return min(graph.receivers[int(r)].layer for r in graph.edge_receiver[edges].unique())
+
+
+def run_edge_sets(
+    model: GPT,
+    graph: Graph,
+    base: BaseRun,
+    other_of: SenderValues,
+    base_of: SenderValues,
+    sets: list[Tensor],
+    metric: Metric | None,
+    *,
+    frozen: bool = False,
+    batch_size: int | None = None,
+    progress: bool = True,
+    desc: str = "patching edges",
+    logit_positions: Any = None,
+) -> Tensor:
+    """Metric `[n_sets]` (or logits `[n_sets, batch, pos, d_vocab]` with no metric) of one patched
+    run per edge set, batched (see `patched_logits`). While the user's own forward hooks are
+    attached, each set runs alone from the tokens, as the patching sweeps do."""
+    if batch_size is not None:
+        check_int_in_range(batch_size, "batch_size", 1, None, "edge sets per forward")
+    n_batch, n_pos = base.tokens.shape
+    positions = check_positions(logit_positions, n_pos)
+    hooked = user_hooked_points(model)
+    if hooked:
+        warn_unbatched(hooked)
+    max_copies = 1 if hooked else batch_size or max(1, DEFAULT_ROWS_PER_FORWARD // (n_batch * n_pos))
+    starts = [0 if hooked else _start(graph, s) for s in sets]
+    order = sorted(range(len(sets)), key=lambda i: starts[i])
+    values: list[float] = [0.0] * len(sets)
+    logits_out: list[Tensor | None] = [None] * len(sets)
+    full = None if positions is None else LogitsWithBase(base.logits, positions, reuse=metric is not None)
+    bar = tqdm(total=len(sets), desc=desc, disable=not progress)
+    try:
+        with torch.no_grad():
+            i = 0
+            while i < len(order):
+                j = i
+                while j < len(order) and starts[order[j]] == starts[order[i]]:
+                    j += 1
+                group = order[i:j]
+                n_pairs = [len(graph.edge_sender[sets[c]].unique()) for c in group]
+                for chunk in chunks(n_pairs, n_batch * n_pos, model.cfg.d_model, max_copies):
+                    ids = [group[k] for k in chunk]
+                    logits = patched_logits(
+                        model,
+                        graph,
+                        base,
+                        other_of,
+                        base_of,
+                        [sets[c] for c in ids],
+                        frozen=frozen,
+                        from_tokens=bool(hooked),
+                        logit_positions=positions,
+                    )
+                    for k, c in enumerate(ids):
+                        rows = logits[k * n_batch : (k + 1) * n_batch]
+                        if full is not None:
+                            rows = full(rows)
+                        if metric is None:
+                            logits_out[c] = rows
+                        else:
+                            values[c] = metric_value(metric, rows)
+                    bar.update(len(ids))
+                i = j
+    finally:
+        bar.close()
+    if metric is None:
+        if not sets:
+            return base.logits.new_zeros(0, *base.logits.shape)
+        return torch.stack([t for t in logits_out if t is not None])
+    return torch.tensor(values, dtype=torch.float32, device=base.logits.device)

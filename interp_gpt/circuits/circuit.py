@@ -27,8 +27,8 @@ from tqdm.auto import tqdm  # type: ignore[import-untyped]
 from ..checks import check_float, check_int_in_range, check_type
 from ..model import GPT
 from ._inputs import circuit_model, prepare
+from ._run import Metric, run_edge_sets
 from .graph import Graph
-from .patch import Metric, _base_of, run_edge_sets
 
 __all__ = ["Circuit", "FaithfulnessCurve", "acdc", "faithfulness", "faithfulness_curve"]
 
@@ -187,7 +187,7 @@ class _Evaluator:
         unique = list(dict.fromkeys(keys))
         sets = [(~masks[keys.index(k)]).nonzero().flatten() for k in unique]
         values = run_edge_sets(
-            self.model, self.graph, self.base, self.other_of, _base_of(self.base), sets, self.metric,
+            self.model, self.graph, self.base, self.other_of, self.base.sender_values, sets, self.metric,
             progress=progress, desc=desc, **self.kw,
         )  # fmt: skip
         return torch.stack([values[unique.index(k)] for k in keys]).cpu()

@@ -16,19 +16,17 @@ network is then recomputed from the patched receivers.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any, Literal
 
 import torch
 from torch import Tensor
-from tqdm.auto import tqdm  # type: ignore[import-untyped]
 
-from ..checks import check_callable, check_index, check_int_in_range
+from ..checks import check_callable, check_int_in_range
 from ..model import GPT
-from ..patching.generic import DEFAULT_ROWS_PER_FORWARD, metric_value, user_hooked_points
-from ..patching.generic import warn_unbatched as _warn_unbatched
-from ._inputs import ABLATIONS, check_z_cache, circuit_model, prepare, prompts
-from ._run import BaseRun, LogitsWithBase, SenderValues, base_run, chunks, patched_logits
+from ..prepare import prompts
+from ._inputs import ABLATIONS, check_z_cache, circuit_model, edge_sets_of, prepare
+from ._run import Metric, SenderValues, base_run, run_edge_sets
 from .graph import QKV, Graph
 
 __all__ = [
@@ -38,118 +36,6 @@ __all__ = [
     "get_act_patch_direct_path_all_sources",
     "ABLATIONS",
 ]
-
-Metric = Callable[[Tensor], Any]
-
-
-# ----------------------------------------------------------------------------
-# inputs (the model, prompts and caches are checked in _inputs.py)
-# ----------------------------------------------------------------------------
-def edge_sets_of(graph: Graph, edge_sets: Any, caller: str = "patch_edges") -> list[Tensor]:
-    """Edge index tensors from a sequence of edge sets (each anything `Graph.edge_indices` takes:
-    names, indices, one name, one index, a bool mask) or a bool tensor `[n_sets, n_edges]`."""
-    if isinstance(edge_sets, Tensor):
-        if edge_sets.dtype != torch.bool or edge_sets.ndim != 2 or edge_sets.shape[1] != graph.n_edges:
-            raise ValueError(
-                f"{caller}: edge_sets: a tensor must be a bool mask [n_sets, {graph.n_edges}] (n_edges), "
-                f"got {edge_sets.dtype} of shape {tuple(edge_sets.shape)}"
-            )
-        return [row.nonzero().flatten().cpu() for row in edge_sets]
-    if isinstance(edge_sets, (str, int)) or not isinstance(edge_sets, Sequence):
-        raise TypeError(
-            f"{caller}: edge_sets must be a sequence of edge sets (e.g. [['a0.h1 -> a1.h0<k>'], ['m0 -> logits']]) "
-            f"or a bool tensor [n_sets, n_edges], got {type(edge_sets).__name__}; wrap a single set in a list"
-        )
-    return [graph.edge_indices(s, arg=f"edge_sets[{i}]", caller=caller).sort().values for i, s in enumerate(edge_sets)]
-
-
-def check_positions(logit_positions: Any, n_pos: int) -> list[int] | None:
-    """`logit_positions` (None, an int or a list of ints) as sorted positions 0..n_pos-1."""
-    if logit_positions is None:
-        return None
-    items = [logit_positions] if isinstance(logit_positions, int) else logit_positions
-    if isinstance(items, (str, bytes)) or not isinstance(items, Sequence) or not items:
-        raise TypeError(f"logit_positions must be None, a position or a list of positions, got {logit_positions!r}")
-    return sorted({check_index(p, n_pos, "logit_positions", "positions") for p in items})
-
-
-def _start(graph: Graph, edges: Tensor) -> int:
-    if not len(edges):
-        return graph.n_layers
-    return min(graph.receivers[int(r)].layer for r in graph.edge_receiver[edges].unique())
-
-
-def run_edge_sets(
-    model: GPT,
-    graph: Graph,
-    base: BaseRun,
-    other_of: SenderValues,
-    base_of: SenderValues,
-    sets: list[Tensor],
-    metric: Metric | None,
-    *,
-    frozen: bool = False,
-    batch_size: int | None = None,
-    progress: bool = True,
-    desc: str = "patching edges",
-    logit_positions: Any = None,
-) -> Tensor:
-    """Metric `[n_sets]` (or logits `[n_sets, batch, pos, d_vocab]` with no metric) of one patched
-    run per edge set, batched (see `patched_logits`). While the user's own forward hooks are
-    attached, each set runs alone from the tokens, as the patching sweeps do."""
-    if batch_size is not None:
-        check_int_in_range(batch_size, "batch_size", 1, None, "edge sets per forward")
-    n_batch, n_pos = base.tokens.shape
-    positions = check_positions(logit_positions, n_pos)
-    hooked = user_hooked_points(model)
-    if hooked:
-        _warn_unbatched(hooked)
-    max_copies = 1 if hooked else batch_size or max(1, DEFAULT_ROWS_PER_FORWARD // (n_batch * n_pos))
-    starts = [0 if hooked else _start(graph, s) for s in sets]
-    order = sorted(range(len(sets)), key=lambda i: starts[i])
-    values: list[float] = [0.0] * len(sets)
-    logits_out: list[Tensor | None] = [None] * len(sets)
-    full = None if positions is None else LogitsWithBase(base.logits, positions, reuse=metric is not None)
-    bar = tqdm(total=len(sets), desc=desc, disable=not progress)
-    try:
-        with torch.no_grad():
-            i = 0
-            while i < len(order):
-                j = i
-                while j < len(order) and starts[order[j]] == starts[order[i]]:
-                    j += 1
-                group = order[i:j]
-                n_pairs = [len(graph.edge_sender[sets[c]].unique()) for c in group]
-                for chunk in chunks(n_pairs, n_batch * n_pos, model.cfg.d_model, max_copies):
-                    ids = [group[k] for k in chunk]
-                    logits = patched_logits(
-                        model,
-                        graph,
-                        base,
-                        other_of,
-                        base_of,
-                        [sets[c] for c in ids],
-                        frozen=frozen,
-                        from_tokens=bool(hooked),
-                        logit_positions=positions,
-                    )
-                    for k, c in enumerate(ids):
-                        rows = logits[k * n_batch : (k + 1) * n_batch]
-                        if full is not None:
-                            rows = full(rows)
-                        if metric is None:
-                            logits_out[c] = rows
-                        else:
-                            values[c] = metric_value(metric, rows)
-                    bar.update(len(ids))
-                i = j
-    finally:
-        bar.close()
-    if metric is None:
-        if not sets:
-            return base.logits.new_zeros(0, *base.logits.shape)
-        return torch.stack([t for t in logits_out if t is not None])
-    return torch.tensor(values, dtype=torch.float32, device=base.logits.device)
 
 
 # ----------------------------------------------------------------------------
@@ -205,20 +91,13 @@ def patch_edges(
         graph,
         base,
         other_of,
-        _base_of(base),
+        base.sender_values,
         sets,
         metric,
         batch_size=batch_size,
         progress=progress,
         logit_positions=logit_positions,
     )
-
-
-def _base_of(base: BaseRun) -> SenderValues:
-    def of(ps: Tensor) -> Tensor:
-        return base.senders[:, :, ps]
-
-    return of
 
 
 def _sender(graph: Graph, item: Any, arg: str) -> int:
@@ -295,7 +174,7 @@ def path_patch(
         graph,
         base,
         other_of,
-        _base_of(base),
+        base.sender_values,
         sets,
         metric,
         frozen=True,
@@ -343,7 +222,7 @@ def _direct_path(
         raise ValueError(f"{caller}: component={component!r}, expected 'q', 'k' or 'v'")
     check_callable(patching_metric, "patching_metric", "a function of the logits", caller)
     graph = Graph(model.cfg)
-    tokens = prompts(model, corrupted_tokens, "corrupted_tokens").ids
+    tokens = prompts(model, corrupted_tokens, "corrupted_tokens", caller).ids
     n, h = graph.n_layers, graph.n_heads
     layers = sorted({sl for sl, _ in sources if sl < n - 1})  # the source layers with a later head
     for cache, arg in ((clean_cache, "clean_cache"), (corrupted_cache, "corrupted_cache")):

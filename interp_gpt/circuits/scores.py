@@ -22,10 +22,9 @@ from ..checks import check_callable, check_int_in_range, gradient_reached, zero_
 from ..model import GPT
 from ..patching.generic import metric_value, user_hooked_points
 from ..patching.generic import warn_unbatched as _warn_unbatched
-from ._inputs import prepare
-from ._run import BaseRun, attached, flags
+from ._inputs import edge_sets_of, prepare
+from ._run import BaseRun, Metric, attached, flags, run_edge_sets
 from .graph import Graph
-from .patch import Metric, _base_of, edge_sets_of, run_edge_sets
 
 __all__ = ["eap_scores", "eap_ig_scores", "exact_edge_scores"]
 
@@ -243,7 +242,7 @@ def exact_edge_scores(
         graph,
         base,
         other_of,
-        _base_of(base),
+        base.sender_values,
         sets,
         metric,
         batch_size=batch_size,
