@@ -70,8 +70,8 @@ elif TRANSCODERS is None:
     raise ValueError(f"MODEL_NAME={MODEL_NAME!r}: set TRANSCODERS to a local folder of its transcoders")
 else:
     transcoders = load_transcoders(TRANSCODERS, model)
-print(f"{model.cfg.n_layers} layers, {model.cfg.n_heads} heads; the transcoders (layer 0's):")
-print(transcoders[0] if isinstance(transcoders, list) else transcoders)
+print(f"{model.cfg.n_layers} layers, {model.cfg.n_heads} heads")
+print(transcoders[0] if isinstance(transcoders, list) else transcoders)  # per-layer ones: layer 0's
 
 # %% [markdown]
 # ## 1 · A prompt the induction heads decide
@@ -274,7 +274,7 @@ for kind, symbol in (("embedding", "square"), ("feature", "circle"), ("error", "
     ids = [i for i in kept if node(i)[0] == kind]
     fig.add_trace(go.Scatter(
         x=[xy[i][0] for i in ids], y=[xy[i][1] for i in ids], mode="markers", name=kind, text=[node(i)[3] for i in ids],
-        marker={"symbol": symbol, "size": [6 + 45 * float(weight(i)) ** 0.5 for i in ids]}, hoverinfo="text",
+        marker={"symbol": symbol, "size": [6 + 45 * weight(i) ** 0.5 for i in ids]}, hoverinfo="text",
     ))  # fmt: skip
 fig.update_layout(
     title=f"{MODEL_NAME}: the pruned attribution graph of {str_tokens[key_pos]!r} (sized by influence)",
