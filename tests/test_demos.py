@@ -27,6 +27,7 @@ NOTEBOOKS = [
     "04_induction_circuit_from_weights",
     "05_find_the_induction_circuit",
     "06_sae_features",
+    "07_attribution_graphs",
 ]
 FIRST_CELL = re.compile(r'^MODEL_NAME = "tiny-gpt2"(\s*#.*)?$')
 PLOTLY = "application/vnd.plotly.v1+json"
