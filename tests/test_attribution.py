@@ -285,3 +285,14 @@ def test_readme_attribution_example_runs(tmp_path) -> None:  # type: ignore[no-u
     assert 0.0 <= ns["replacement"] <= 1.0 and 0.0 <= ns["completeness"] <= 1.0
     data = json.loads((tmp_path / "g.json").read_text())
     assert data["metadata"]["slug"] == "romeo" and data["nodes"] and data["links"]
+
+
+def test_a_graph_under_no_grad_is_the_same_graph(tiny_model: GPT) -> None:
+    """Notebooks switch gradients off globally; attribute turns them on for itself (and no batch size changes
+    a value: every target is read in its own copy of the prompt)."""
+    tcs = plts(tiny_model.cfg.d_model, tiny_model.cfg.n_layers, skip=True)
+    graph = attribute(tiny_model, TOKENS, tcs, batch_size=7)
+    with torch.no_grad():
+        quiet = attribute(tiny_model, TOKENS, tcs, batch_size=64)
+    assert quiet.adjacency_matrix.abs().max() > 0
+    torch.testing.assert_close(quiet.adjacency_matrix, graph.adjacency_matrix, rtol=0, atol=1e-5)

@@ -54,7 +54,7 @@ def check_transcoders(model: GPT, transcoders: Any, caller: str) -> Readers:
     if isinstance(transcoders, CrossLayerTranscoder):
         if transcoders.n_layers != n:
             raise ValueError(f"{caller}: transcoders: a CLT over {transcoders.n_layers} layers; the model has {n}")
-        clt = transcoders.converted_to(model)
+        clt = transcoders.converted_to(model, copy=False)
         for layer in range(n):
             _check_hooks(clt.input_hook(layer), clt.output_hook(layer), layer, f"the CLT's layer {layer}", caller)
         if clt.cfg.d_in != d or clt.cfg.d_out != d:
@@ -87,7 +87,7 @@ def check_transcoders(model: GPT, transcoders: Any, caller: str) -> Readers:
         raise ValueError(
             f"{caller}: transcoders: none for layers {missing}; the replacement model needs one for every layer 0..{n - 1}"
         )
-    converted = [by_layer[layer].converted_to(model) for layer in range(n)]
+    converted = [by_layer[layer].converted_to(model, copy=False) for layer in range(n)]
     for layer, tc in enumerate(converted):
         _check_hooks(tc.input_hook, tc.output_hook, layer, f"the transcoder of layer {layer}", caller)
     return Readers(converted, n)

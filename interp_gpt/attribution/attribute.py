@@ -189,6 +189,23 @@ class _Sources:
         self.out_layer = torch.cat(out_layer) if out_layer else torch.zeros(0, dtype=torch.long)
         self.pos = torch.cat(pos) if pos else torch.zeros(0, dtype=torch.long)
         self.dec = torch.cat(vec) if vec else torch.zeros(0, d, dtype=dtype)
+        # sorted by (layer written, pos): the rows of one (layer, pos) are one matmul with its gradient
+        order = torch.argsort(
+            self.out_layer * (int(self.pos.max()) + 1 if self.pos.numel() else 1) + self.pos, stable=True
+        )
+        self.feat_idx, self.out_layer, self.pos, self.dec = (
+            t[order] for t in (self.feat_idx, self.out_layer, self.pos, self.dec)
+        )
+        self.groups: dict[int, list[tuple[int, int, int]]] = {}
+        start = 0
+        for layer, p in torch.stack([self.out_layer, self.pos], dim=1).tolist():
+            groups = self.groups.setdefault(layer, [])
+            if groups and groups[-1][0] == p:
+                groups[-1] = (p, groups[-1][1], start + 1)
+            else:
+                groups.append((p, start, start + 1))
+            start += 1
+        self.per_row = torch.zeros(0, self.dec.shape[0])
         self.n_active = active.shape[0]
         self.token_vectors = fwd.embeds[0].detach()  # [pos, d_model]: W_E[token]
 
@@ -202,25 +219,43 @@ class _Sources:
 
     def rows(self, layers: Tensor, positions: Tensor, inject: Tensor) -> Tensor:
         """`[n, n_active + (n_layers + 1) * n_pos]` the direct effects on `inject[b]` read at layer `layers[b]`'s
-        input (n_layers: ln_final's output) at `positions[b]`, of every feature, error node and embedding."""
+        input (n_layers: ln_final's output) at `positions[b]`, of every feature, error node and embedding.
+
+        One backward pass for the `n` targets together (target b read in copy b of the prompt). Only the
+        sources in the targets' causal cone are read: MLP outputs of the layers below the highest target and
+        positions up to the last target's (the gradient is zero elsewhere)."""
         fwd, n = self.fwd, layers.shape[0]
-        objective = fwd.embeds.new_zeros(())
-        for layer in layers.unique().tolist():
-            mask = layers == layer
-            target = fwd.final if layer == len(fwd.inputs) else fwd.inputs[layer]
-            b = torch.where(mask)[0]
-            objective = objective + (target[b, positions[mask]] * inject[mask].to(target.dtype)).sum()
-        places = [*fwd.mlp_outs, fwd.embeds]
-        raw = torch.autograd.grad(objective, places, retain_graph=True, allow_unused=True)
-        grads = [torch.zeros_like(p) if g is None else g for g, p in zip(raw, places, strict=True)]
-        g_mlp = torch.stack(grads[:-1])[:, :n]  # [n_layers, n, pos, d_model]
-        out = torch.zeros(n, self.n_active, dtype=g_mlp.dtype)
+        n_layers, n_pos = len(fwd.inputs), fwd.embeds.shape[1]
+        top, last = min(int(layers.max()), n_layers), int(positions.max()) + 1
+        places = [*fwd.mlp_outs[:top], fwd.embeds]
+        with torch.enable_grad():  # under a caller's no_grad too
+            objective = fwd.embeds.new_zeros(())
+            for layer in layers.unique().tolist():
+                mask = layers == layer
+                target = fwd.final if layer == n_layers else fwd.inputs[layer]
+                b = torch.where(mask)[0]
+                objective = objective + (target[b, positions[mask]] * inject[mask].to(target.dtype)).sum()
+            raw = torch.autograd.grad(objective, places, retain_graph=True, allow_unused=True)
+        out = torch.zeros(n, self.n_active + (n_layers + 1) * n_pos)
+        if self.per_row.shape[0] < n:
+            self.per_row = torch.zeros(n, self.dec.shape[0])
+        errors = out[:, self.n_active : self.n_active + n_layers * n_pos].view(n, n_layers, n_pos)
+        for layer, g in enumerate(raw[:-1]):
+            if g is None:
+                continue
+            g = g[:n, :last]  # [n, pos, d_model]
+            errors[:, layer, :last] = torch.einsum("bpd,pd->bp", g, fwd.errors[layer, :last].to(g.dtype)).float()
+            for p, start, end in self.groups.get(layer, []):
+                if p < last:
+                    self.per_row[:n, start:end] = (g[:, p] @ self.dec[start:end].T).float()
         if self.dec.shape[0]:
-            per_row = torch.einsum("kbd,kd->kb", g_mlp[self.out_layer, :, self.pos], self.dec)
-            out.index_add_(1, self.feat_idx, per_row.T)
-        errors = torch.einsum("lbpd,lpd->blp", g_mlp, fwd.errors.to(g_mlp.dtype)).flatten(1)
-        embeds = torch.einsum("bpd,pd->bp", grads[-1][:n], self.token_vectors)
-        return torch.cat([out, errors, embeds], dim=1).float()
+            out[:, : self.n_active].index_add_(1, self.feat_idx, self.per_row[:n])
+            self.per_row.zero_()
+        if raw[-1] is not None:
+            out[:, self.n_active + n_layers * n_pos :] = torch.einsum(
+                "bpd,pd->bp", raw[-1][:n], self.token_vectors
+            ).float()
+        return out
 
 
 def _partial_influence(edges: Tensor, weights: Tensor, row_node: Tensor, max_iter: int = 128) -> Tensor:

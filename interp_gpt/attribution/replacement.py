@@ -156,7 +156,7 @@ def run_forward(model: Any, tokens: Tensor, readers: Readers, batch: int, zero_p
     with torch.enable_grad(), model.hooks(fwd_hooks=hooks):
         resid = model(tokens[None].expand(batch, -1), stop_at_layer=n_layers)
         final = model.ln_final(resid)
-        logits = model.unembed(final)[0].detach()
+        logits = model.unembed(final[:1].detach())[0]  # the copies' logits are the same
 
     xs = [x for x in inputs if x is not None]
     outs = [o for o in mlp_outs if o is not None]

@@ -300,13 +300,16 @@ class CrossLayerTranscoder(nn.Module):
             views = self.__dict__["_splice_views"] = [CLTLayer(self, i) for i in range(self.n_layers)]
         return list(views)
 
-    def converted_to(self, model: Any) -> CrossLayerTranscoder:
+    def converted_to(self, model: Any, copy: bool = True) -> CrossLayerTranscoder:
         """A new CLT computing on `model`'s weights exactly what this one computes on the weights it was made
         for (cfg.metadata.model_processing), layer by layer as `Transcoder.converted_to`; a ValueError
-        naming the layer, the hook and why where no exact conversion exists."""
+        naming the layer, the hook and why where no exact conversion exists. `copy=False`: this CLT itself
+        where nothing needs converting (the checks still run)."""
         from .transcoder_processing import clt_plans, convert_clt_state
 
         plans = clt_plans(self, model, "CrossLayerTranscoder.converted_to")
+        if not copy and all(p.identity for p in plans) and self.cfg.metadata.get("hook_name") != "mlp.hook_in":
+            return self
         meta = SAEMetadata(self.cfg.metadata)
         meta["model_processing"] = dict(plans[0].processing)
         if meta.get("hook_name") == "mlp.hook_in":  # read where the model has it, mapped exactly

@@ -253,10 +253,11 @@ class Transcoder(nn.Module):
         acts, x_in = self._encode(apply_input(x, plan), hooked=hooked)
         return apply_output(self._decode(acts, x_in, hooked=hooked), plan)
 
-    def converted_to(self, model: Any) -> Transcoder:
+    def converted_to(self, model: Any, copy: bool = True) -> Transcoder:
         """A new transcoder computing, on `model`'s weights, exactly what this one computes on the weights it
         was made for (cfg.metadata.model_processing: raw or processed, see transcoder_processing), with
         `model`'s processing recorded; a ValueError naming the hook and why where no exact conversion exists.
+        `copy=False`: this transcoder itself where nothing needs converting (the checks still run).
 
         Example:
             >>> raw_tc.cfg.processing                       # circuit-tracer's: raw weights
@@ -264,6 +265,8 @@ class Transcoder(nn.Module):
             >>> tc = raw_tc.converted_to(GPT.from_pretrained("tiny-gpt2"))   # for the processed model
         """
         plan = _fit_plan(model, self, caller="Transcoder.converted_to", arg="transcoder")
+        if not copy and (plan is None or (plan.identity and plan.read_hook == self.input_hook)):
+            return self
         cfg = TranscoderConfig(**{f: getattr(self.cfg, f) for f in self.cfg.__dataclass_fields__})
         cfg.metadata = type(self.cfg.metadata)(self.cfg.metadata)
         state = {k: v for k, v in self.state_dict().items() if k in transcoder_shapes(cfg)}
