@@ -347,3 +347,28 @@ def test_a_refused_second_splice_leaves_the_first_models_conversion_alone(tiny_p
         torch.testing.assert_close(raw.run_with_cache(TOKENS, names_filter=[name])[1][name], before, atol=0, rtol=0)
         torch.testing.assert_close(raw(TOKENS).log_softmax(-1), want, atol=1e-9, rtol=0)
     torch.testing.assert_close(spliced(processed, tcs), want, atol=1e-9, rtol=0)
+
+
+def test_converted_to_without_a_copy_is_the_same_transcoder_only_where_nothing_converts(
+    tiny_pair: tuple[GPT, GPT],
+) -> None:
+    """`copy=False` (what attribute uses: 1.8 GB less at GPT-2-small widths) hands back the transcoder
+    itself on the weights it was made for, and the converted one everywhere else."""
+    raw, processed = tiny_pair
+    tc = make(raw, 1, "ln2.hook_normalized")
+    assert tc.converted_to(raw, copy=False) is tc
+    assert tc.converted_to(raw) is not tc
+    conv = tc.converted_to(processed, copy=False)
+    assert conv is not tc
+    for name, p in tc.converted_to(processed).state_dict().items():
+        assert torch.equal(conv.state_dict()[name], p)
+    assert not torch.equal(conv.W_dec, tc.W_dec)  # centred: the processed model's hook_mlp_out has mean 0
+    mlp_in = make(raw, 1, "mlp.hook_in")  # read where the model has it: a new transcoder, renamed
+    assert mlp_in.converted_to(raw, copy=False) is not mlp_in
+    d = raw.cfg.d_model
+    clt = CrossLayerTranscoder(
+        CLTConfig(n_layers=2, d_in=d, d_sae=8, d_out=d, dtype="float64", metadata={
+            "hook_name": "ln2.hook_normalized", "hook_name_out": "hook_mlp_out", "model_processing": "raw"})
+    )  # fmt: skip
+    assert clt.converted_to(raw, copy=False) is clt
+    assert clt.converted_to(processed, copy=False) is not clt
