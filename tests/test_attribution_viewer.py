@@ -167,7 +167,7 @@ def test_the_pages_rule_on_its_own_data_is_prune_graphs(kind, model, tcs, graph)
         graph = attribute(model, "When Mary and John went to the store, John gave a drink to", shipped_clt())
     data = page_data(graph)
     for nt in (0.3, 0.6, 0.8, 0.9, 0.95, 0.99):
-        for et in (0.5, 0.8, 0.9, 0.98, 0.99, 0.999):
+        for et in (0.5, 0.7, 0.8, 0.9, 0.98, 0.99, 0.999):
             assert page_prune(data, nt, et) == pruned_sets(graph, model, nt, et), (nt, et)
 
 

@@ -98,7 +98,7 @@ def test_the_page_draws_prunes_and_shows_a_node(browser, graph, model, tcs, tmp_
     assert drawn(browser) == want
     assert browser.js("document.getElementById('counts').textContent").startswith(f"{len(want[0])} of ")
     # The page's rule at other thresholds too (without drawing).
-    for nt, et in ((0.5, 0.9), (0.9, 0.99), (0.99, 0.999)):
+    for nt, et in ((0.5, 0.9), (0.9, 0.8), (0.99, 0.7), (0.9, 0.99), (0.99, 0.999)):  # 0.9/0.8, 0.99/0.7: clean-up
         got = browser.js(f"attributionGraph.prune({nt}, {et})")
         assert ({*got["nodes"]}, {tuple(e) for e in got["edges"]}) == pruned_sets(graph, model, nt, et), (nt, et)
 
