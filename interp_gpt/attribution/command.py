@@ -88,11 +88,11 @@ def _check(args: argparse.Namespace) -> None:
 def load_transcoders_arg(path: str, model: Any) -> tuple[Any, str]:
     """(--transcoders' set, fitted to `model`, its name for the graph's `scan`); errors name the value."""
     from ..checks import BAD_INPUT, error_line
-    from ..sae.clt import _EXT_KIND, _KIND, load_clt
+    from ..sae.clt import CLT_EXT_KIND, CLT_KIND, load_clt
     from ..sae.data import SHIPPED_CLT_DIR, SHIPPED_TRANSCODERS_DIR
     from ..sae.transcoder import load_transcoders
     from ..sae.transcoder_io import CT_CONFIG_FILENAME
-    from .attribute import _check_transcoders
+    from ._inputs import check_transcoders
 
     folder = {"shipped": SHIPPED_TRANSCODERS_DIR, "shipped-clt": SHIPPED_CLT_DIR}.get(path, Path(path).expanduser())
     config = folder / CT_CONFIG_FILENAME if folder.is_dir() else folder
@@ -103,8 +103,8 @@ def load_transcoders_arg(path: str, model: Any) -> tuple[Any, str]:
 
             loaded = yaml.safe_load(config.read_text(encoding="utf-8"))
             kind = loaded.get("model_kind") if isinstance(loaded, dict) else None
-        transcoders = load_clt(folder) if kind in (_KIND, _EXT_KIND) else load_transcoders(folder, model)
-        _check_transcoders(model, transcoders, caller="attribute")
+        transcoders = load_clt(folder) if kind in (CLT_KIND, CLT_EXT_KIND) else load_transcoders(folder, model)
+        check_transcoders(model, transcoders, caller="attribute")
     except (*BAD_INPUT, ImportError) as e:
         raise ValueError(f"--transcoders {path!r}: {error_line(e)}") from None
     return transcoders, folder.parent.name if folder.name == CT_CONFIG_FILENAME else folder.name
@@ -130,7 +130,7 @@ def run(args: argparse.Namespace, load_model: Callable[[str], Any]) -> int:
     from .attribute import attribute
     from .graph_json import to_json
     from .prune import compute_graph_scores, prune_graph
-    from .viewer import _slug, graph_page
+    from .viewer import default_slug, graph_page
 
     model = load_model(args.model)
     transcoders, scan = load_transcoders_arg(args.transcoders, model)
@@ -140,7 +140,7 @@ def run(args: argparse.Namespace, load_model: Callable[[str], Any]) -> int:
         max_feature_nodes=args.max_feature_nodes, batch_size=args.batch_size,
     )  # fmt: skip
     graph.scan = scan
-    slug = args.slug or _slug(graph)
+    slug = args.slug or default_slug(graph)
     thresholds = {"node_threshold": args.node_threshold, "edge_threshold": args.edge_threshold}
     node_mask, edge_mask, _ = prune_graph(graph, **thresholds)
     replacement, completeness = compute_graph_scores(graph)

@@ -52,8 +52,8 @@ from torch import Tensor
 from ..checks import check_float, check_int_in_range, check_type
 from ..files import write_atomic
 from .graph import AttributionGraph
-from .graph_json import _nodes
-from .prune import _dense, _influence, _normalize, check_graph, prune_graph
+from .graph_json import graph_nodes
+from .prune import check_graph, dense_adjacency, node_influences, prune_graph, row_normalized
 from .viewer_features import feature_details
 
 __all__ = ["graph_page"]
@@ -69,7 +69,7 @@ def _f32(x: float) -> float:
     return float(f"{x:.9g}")
 
 
-def _slug(graph: AttributionGraph) -> str:
+def default_slug(graph: AttributionGraph) -> str:
     """A name for the graph: the prompt's first words and a digest of its tokens and transcoders."""
     words = re.sub(r"[^a-z0-9]+", "-", graph.input_string.lower()).strip("-")[:40].strip("-") or "graph"
     key = json.dumps([graph.input_tokens.tolist(), graph.scan, graph.n_features, graph.n_logits])
@@ -145,15 +145,15 @@ def page_data(
         )
 
     _, edge_mask, cumulative = prune_graph(graph, node_threshold, edge_threshold)
-    adj, logit_weights = _dense(graph, _CALLER)
-    influence = _influence(_normalize(adj), logit_weights, _CALLER)  # what prune_graph ranks by
+    adj, logit_weights = dense_adjacency(graph, _CALLER)
+    influence = node_influences(row_normalized(adj), logit_weights, _CALLER)  # what prune_graph ranks by
     held, node_top = _floor(graph, influence, max_node_threshold, max_nodes)
     if node_threshold > node_top:
         raise ValueError(
             f"{_CALLER}: node_threshold={node_threshold} needs more than max_nodes={max_nodes} nodes (the page's "
             f"node slider reaches {node_top:.4f}); raise max_nodes or lower node_threshold"
         )
-    records = _nodes(graph, held, cumulative)
+    records = graph_nodes(graph, held, cumulative)
     index = sorted(records)
     tokens = _token_text(model, graph.input_tokens.tolist())
     extras = feature_details(
@@ -192,7 +192,7 @@ def page_data(
         edges += [where[s], where[t], _f32(w)]
     return {
         "schema": 1,
-        "slug": slug or _slug(graph),
+        "slug": slug or default_slug(graph),
         "title": title or "attribution graph",
         "prompt": graph.input_string,
         "tokens": tokens,
@@ -223,7 +223,7 @@ def _json_for_script(data: dict[str, Any]) -> str:
 
 def render_page(data: dict[str, Any]) -> str:
     """The page's HTML for `page_data`'s dict: one file, script and style inline, no request."""
-    from ..plots.page import _CSP
+    from ..plots.page import CSP
 
     script = (_ASSETS / "graph_viewer.js").read_text(encoding="utf-8")
     style = (_ASSETS / "graph_viewer.css").read_text(encoding="utf-8")
@@ -233,7 +233,7 @@ def render_page(data: dict[str, Any]) -> str:
     title = html.escape(f"{data['title']}: {data['slug']}")
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
-<meta http-equiv="Content-Security-Policy" content="{_CSP}">
+<meta http-equiv="Content-Security-Policy" content="{CSP}">
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <title>{title}</title>
 <style>{style}</style></head>

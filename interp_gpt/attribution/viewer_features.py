@@ -23,7 +23,7 @@ import torch
 from torch import Tensor
 
 from ..checks import check_token_ids
-from .attribute import _check_transcoders
+from ._inputs import check_transcoders
 from .graph import AttributionGraph
 from .replacement import Readers
 
@@ -59,7 +59,7 @@ def feature_details(
         return {}
     if model is None:
         raise ValueError(f"{caller}: transcoders needs model (its unembedding reads the decoder rows); pass model=")
-    readers = _check_transcoders(model, transcoders, caller)
+    readers = check_transcoders(model, transcoders, caller)
     features: dict[int, list[int]] = {}
     for r in records:
         if r["feature_type"] == "cross layer transcoder":
