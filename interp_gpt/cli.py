@@ -10,6 +10,7 @@
     interp-gpt features  MODEL SAE --feature N [--data PATH] [--html PAGE.html]
     interp-gpt train-sae --out DIR [--model MODEL] [--hook NAME] [--k K] [--n-tokens N] [...]
     interp-gpt train-transcoder --out DIR [--kind plt|skip|clt] [--layers 0,1] [--k K] [--n-tokens N] [...]
+    interp-gpt attribute MODEL PROMPT --transcoders PATH --out PAGE.html [--json GRAPH.json] [...]
 
 MODEL is `tiny-gpt2` (the default: the small model shipped inside the package, so every
 command runs offline), a hub id (gpt2, gpt2-medium, ...), a local folder or weights file,
@@ -515,6 +516,14 @@ def _add_train_transcoder(sub: Any) -> None:
     p.set_defaults(func=run_command)
 
 
+def _add_attribute(sub: Any) -> None:
+    from .attribution.command import DESCRIPTION, EXAMPLES, HELP, add_arguments, run  # the options live there
+
+    p = _subcommand(sub, "attribute", HELP, DESCRIPTION, EXAMPLES)
+    add_arguments(p)
+    p.set_defaults(func=lambda args: run(args, _load))
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The `interp-gpt` parser and its subcommands (each with --help and examples)."""
     parser = _Parser(
@@ -535,6 +544,7 @@ def build_parser() -> argparse.ArgumentParser:
         _add_features,
         _add_train_sae,
         _add_train_transcoder,
+        _add_attribute,
     ):
         add(sub)
     return parser

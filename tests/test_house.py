@@ -210,7 +210,6 @@ KNOWN_PRIVATE_IMPORTS = {
     ("interp_gpt.sae.clt", "interp_gpt.sae.transcoder_io", "_save_safetensors"),
     ("interp_gpt.sae.clt_splice", "interp_gpt.sae.transcoder", "_fit_plan"),
     ("interp_gpt.sae.features", "interp_gpt.plots._shared", "*"),
-    ("interp_gpt.sae.features", "interp_gpt.plots.page", "_CSP"),
     ("interp_gpt.sae.train_transcoder_command", "interp_gpt.sae.clt", "_CLT_FILE"),
     ("interp_gpt.sae.train_transcoder_command", "interp_gpt.sae.train_command", "_check_args"),
     ("interp_gpt.sae.train_transcoder_command", "interp_gpt.sae.transcoder_io", "_ours"),

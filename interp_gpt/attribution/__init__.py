@@ -16,6 +16,9 @@ score at (query, key) into query-side and key-side terms (see `qk.py`):
 
     >>> qk = qk_attribution(model, prompt, transcoders, layer=1, head=0, query_pos=12, key_pos=5)
     >>> qk.top_key_terms(5), qk.top_pairs(5)
+
+`graph_page(graph, "graph.html", model=model, transcoders=transcoders)` writes one offline page to explore
+the graph: live pruning sliders, node details, pins and supernodes (see `viewer.py`).
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from .graph_json import to_json
 from .intervention import feature_intervention, feature_intervention_generate
 from .prune import PruneResult, compute_graph_scores, prune_graph
 from .qk import QKAttribution, QKTerm, qk_attribution
+from .viewer import graph_page
 
 __all__ = [
     "AttributionGraph",
@@ -35,6 +39,7 @@ __all__ = [
     "compute_graph_scores",
     "feature_intervention",
     "feature_intervention_generate",
+    "graph_page",
     "prune_graph",
     "to_json",
     "QKAttribution",

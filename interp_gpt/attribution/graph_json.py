@@ -66,7 +66,7 @@ def _node(
     return record
 
 
-def _nodes(graph: AttributionGraph, node_mask: Any, cumulative_scores: Any) -> dict[int, dict]:
+def graph_nodes(graph: AttributionGraph, node_mask: Any, cumulative_scores: Any) -> dict[int, dict]:
     """The record of every kept node, by node index."""
     n_features, n_layers, n_pos = graph.n_features, int(graph.cfg.n_layers), graph.n_pos
     error_end = n_features + n_layers * n_pos
@@ -149,7 +149,7 @@ def graph_json(
     node_mask, edge_mask, cumulative_scores = (t.cpu() for t in prune_graph(graph, node_threshold, edge_threshold))
     prompt_tokens = [str(tokenizer.decode(int(t))) for t in graph.input_tokens.tolist()]
 
-    nodes = _nodes(graph, node_mask, cumulative_scores)
+    nodes = graph_nodes(graph, node_mask, cumulative_scores)
     adjacency = graph.adjacency_matrix.detach().cpu()
     if adjacency.is_sparse:
         adjacency = adjacency.to_dense()

@@ -92,7 +92,7 @@ def check_graph(graph: object, caller: str) -> AttributionGraph:
     return graph
 
 
-def _dense(graph: AttributionGraph, caller: str) -> tuple[Tensor, Tensor]:
+def dense_adjacency(graph: AttributionGraph, caller: str) -> tuple[Tensor, Tensor]:
     """The adjacency (dense, float32 or wider) and the logit weights over all nodes, both checked finite."""
     adj = graph.adjacency_matrix.detach()
     if adj.is_sparse:
@@ -108,13 +108,13 @@ def _dense(graph: AttributionGraph, caller: str) -> tuple[Tensor, Tensor]:
     return adj, logit_weights
 
 
-def _normalize(matrix: Tensor) -> Tensor:
+def row_normalized(matrix: Tensor) -> Tensor:
     """|matrix| with each row divided by its sum (a zero row stays zero)."""
     normalized = matrix.abs()
     return normalized / normalized.sum(dim=1, keepdim=True).clamp(min=1e-10)
 
 
-def _influence(a: Tensor, logit_weights: Tensor, caller: str) -> Tensor:
+def node_influences(a: Tensor, logit_weights: Tensor, caller: str) -> Tensor:
     """`w A + w A^2 + ...` for the logit weights `w`: each node's total (normalised) effect on the logits.
     The series ends within n_nodes terms when the graph has no cycle; one that does not end is refused."""
     current = logit_weights @ a
@@ -161,11 +161,11 @@ def prune_graph(graph: AttributionGraph, node_threshold: float = 0.8, edge_thres
     check_graph(graph, caller)
     node_threshold = check_float(node_threshold, "node_threshold", 0.0, 1.0, caller)
     edge_threshold = check_float(edge_threshold, "edge_threshold", 0.0, 1.0, caller)
-    adj, logit_weights = _dense(graph, caller)
+    adj, logit_weights = dense_adjacency(graph, caller)
     n_tokens, n_logits, n_features = graph.n_pos, graph.n_logits, graph.n_features
     kept_always = n_logits + n_tokens  # the last nodes: embeddings, then logits
 
-    node_influence = _influence(_normalize(adj), logit_weights, caller)
+    node_influence = node_influences(row_normalized(adj), logit_weights, caller)
     if not bool(node_influence.sum() > 0):
         raise ValueError(
             f"{caller}: graph has no influence on its logits (logit_probabilities {logit_weights[-n_logits:].tolist()} "
@@ -177,8 +177,8 @@ def prune_graph(graph: AttributionGraph, node_threshold: float = 0.8, edge_thres
     pruned = adj.clone()
     pruned[~node_mask] = 0
     pruned[:, ~node_mask] = 0
-    normalized_pruned = _normalize(pruned)
-    target_influence = _influence(normalized_pruned, logit_weights, caller) + logit_weights
+    normalized_pruned = row_normalized(pruned)
+    target_influence = node_influences(normalized_pruned, logit_weights, caller) + logit_weights
     edge_scores = normalized_pruned * target_influence[:, None]
     edge_mask = edge_scores >= _threshold(edge_scores.flatten(), edge_threshold)
 
@@ -212,13 +212,13 @@ def compute_graph_scores(graph: AttributionGraph) -> tuple[float, float]:
     """
     caller = "compute_graph_scores"
     check_graph(graph, caller)
-    adj, logit_weights = _dense(graph, caller)
+    adj, logit_weights = dense_adjacency(graph, caller)
     error_start = graph.n_features
     error_end = error_start + graph.n_errors
     token_end = error_end + graph.n_pos
 
-    normalized = _normalize(adj)
-    node_influence = _influence(normalized, logit_weights, caller)
+    normalized = row_normalized(adj)
+    node_influence = node_influences(normalized, logit_weights, caller)
     token_influence = node_influence[error_end:token_end].sum()
     error_influence = node_influence[error_start:error_end].sum()
     if not bool(token_influence + error_influence > 0):

@@ -16,7 +16,7 @@ __all__ = ["save_html"]
 
 # The saved page may load nothing from anywhere: scripts and styles are inline, images
 # are the data: URLs plotly draws heatmaps with. A browser enforces it.
-_CSP = (
+CSP = (
     "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; "
     "img-src data: blob:; font-src data:; connect-src 'none'"
 )
@@ -45,6 +45,6 @@ def save_html(fig: go.Figure, path: str | os.PathLike[str], config: Mapping[str,
     head = "<head>"
     if head not in page:
         raise RuntimeError("save_html: plotly's page has no <head> to put the security policy in")
-    page = page.replace(head, f'{head}<meta http-equiv="Content-Security-Policy" content="{_CSP}">', 1)
+    page = page.replace(head, f'{head}<meta http-equiv="Content-Security-Policy" content="{CSP}">', 1)
     # Whole or not at all: a failed write leaves the old page as it was, and its error names the page.
     return write_atomic(path, page)

@@ -46,7 +46,7 @@ from .transcoder_io import CT_CONFIG_FILENAME, _read_safetensors, _save_safetens
 __all__ = ["CrossLayerTranscoder", "CLTConfig", "load_clt", "save_clt"]
 
 _HOOK_NAMES = ("hook_sae_input", "hook_sae_acts_pre", "hook_sae_acts_post", "hook_sae_recons", "hook_sae_output")
-_KIND, _EXT_KIND = "cross_layer_transcoder", "interp_gpt.cross_layer_transcoder"
+CLT_KIND, CLT_EXT_KIND = "cross_layer_transcoder", "interp_gpt.cross_layer_transcoder"
 
 
 @dataclass
@@ -362,7 +362,7 @@ def save_clt(clt: CrossLayerTranscoder, path: str | Path) -> Path:
         raise FileExistsError(f"save_clt: path={str(target)!r} is a file or holds other files; save into a new folder")
     exact = _exact_in_circuit_tracer(clt)
     config: dict[str, Any] = {"model_name": c.model_name} if c.model_name else {}
-    config.update(model_kind=_KIND if exact else _EXT_KIND, feature_input_hook=c.metadata["hook_name"])
+    config.update(model_kind=CLT_KIND if exact else CLT_EXT_KIND, feature_input_hook=c.metadata["hook_name"])
     config["feature_output_hook"] = c.metadata["hook_name_out"]
     config["model_processing"] = c.metadata["model_processing"]  # the weights it is for (circuit-tracer ignores it)
     if not exact:
@@ -407,10 +407,10 @@ def load_clt(
         config = yaml.safe_load(cfg_path.read_text(encoding="utf-8"))
     except (yaml.YAMLError, UnicodeDecodeError) as e:
         raise CheckpointError(f"{cfg_path}: not valid YAML ({e})") from e
-    if not isinstance(config, dict) or config.get("model_kind") not in (_KIND, _EXT_KIND):
+    if not isinstance(config, dict) or config.get("model_kind") not in (CLT_KIND, CLT_EXT_KIND):
         kind = config.get("model_kind") if isinstance(config, dict) else config
         raise CheckpointError(
-            f"{cfg_path}: model_kind={kind!r}; expected {_KIND!r} (a per-layer set loads with load_transcoders)"
+            f"{cfg_path}: model_kind={kind!r}; expected {CLT_KIND!r} (a per-layer set loads with load_transcoders)"
         )
     folder = cfg_path.parent
     n = len([q for q in folder.iterdir() if re.match(r"^W_enc_\d+\.safetensors$", q.name)])
@@ -429,7 +429,7 @@ def load_clt(
     w0 = enc[0].get("W_enc_0")
     if w0 is None or w0.ndim != 2:
         raise CheckpointError(f"{folder / 'W_enc_0.safetensors'}: W_enc_0 must be [d_sae, d_in]")
-    ext = config["model_kind"] == _EXT_KIND
+    ext = config["model_kind"] == CLT_EXT_KIND
     arch = config.get("activation", "relu") if ext else ("jumprelu" if "threshold_0" in enc[0] else "relu")
     for key in ("feature_input_hook", "feature_output_hook"):
         if not isinstance(config.get(key), str) or not config[key]:

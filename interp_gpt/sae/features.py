@@ -309,7 +309,7 @@ def feature_page(report: FeatureReport, path: str | os.PathLike[str]) -> Path:
     import plotly.offline
 
     from ..files import write_atomic
-    from ..plots.page import _CSP
+    from ..plots.page import CSP
 
     if not isinstance(report, FeatureReport):
         raise TypeError(f"report: expected a FeatureReport (from feature_report), got {type(report).__name__}")
@@ -324,7 +324,7 @@ def feature_page(report: FeatureReport, path: str | os.PathLike[str]) -> Path:
     )
     title = f"SAE feature {report.feature} at {html.escape(report.hook_name)}"
     page = f"""<!DOCTYPE html>
-<html><head><meta charset="utf-8"><meta http-equiv="Content-Security-Policy" content="{_CSP}">
+<html><head><meta charset="utf-8"><meta http-equiv="Content-Security-Policy" content="{CSP}">
 <title>{title}</title>
 <style>body{{font-family:sans-serif;margin:20px;max-width:1000px}} .ctx{{font-family:monospace;margin:4px 0;
 white-space:pre}} .tok{{padding:1px 0}} .act{{display:inline-block;width:60px;color:#555}}</style>

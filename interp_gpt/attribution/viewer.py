@@ -1,0 +1,318 @@
+"""`graph_page`: an attribution graph as one offline HTML page to explore it (circuit-tracer's viewer's job).
+
+The page draws the graph's nodes by layer (rows: token embeddings at the bottom, each layer's features
+and error nodes above, the logits on top) and token position (columns), its edges as lines whose width
+is the weight's size and whose colour its sign (orange: positive, blue: negative). It has:
+
+- two sliders, the node and the edge threshold, that prune the drawing live by `prune_graph`'s rule
+  (the page reruns that rule in JavaScript on the influences and weights it holds: the nodes and edges
+  it draws at any thresholds are `prune_graph`'s masks at those thresholds, within float rounding);
+- a detail panel (hover a node; click it to keep it there): its kind, layer, position, feature,
+  activation, influence, its strongest input and output edges, and for a feature, with `model` and
+  `transcoders`, the tokens its decoder row promotes and suppresses through the unembedding (no
+  ln_final, no b_U: `sae/features.py`'s convention) and, with `contexts`, where it fires most;
+- pins (click a node) and supernodes (name the pinned nodes as a group), kept in the browser's
+  localStorage under the graph's slug, and downloadable / uploadable as JSON.
+
+The page is one file: its script and style inline, its data a JSON block (every `<` escaped, so no
+token text can close it), every string put in the page as text, never as markup, and a
+Content-Security-Policy that forbids every request (`plots/page.py`'s): it opens offline.
+
+Its size is bounded: it holds the nodes `prune_graph` ranks within `max_node_threshold` (0.99) of the
+total influence, at most `max_nodes` of them, plus every token embedding and logit, and every edge among
+them (all of them: pruning renormalises the kept nodes' inputs, so an edge the sliders hide still counts).
+The node slider goes up to `max_node_threshold` (lower when `max_nodes` cuts in: the page says so), the
+edge slider up to 0.999 (at 1.0 `prune_graph` may keep zero-weight entries).
+
+Example (tiny-gpt2 and its shipped transcoders):
+    >>> from interp_gpt import GPT
+    >>> from interp_gpt.attribution import attribute, graph_page
+    >>> from interp_gpt.sae.training import shipped_transcoders, split_corpus, token_windows
+    >>> model = GPT.from_pretrained("tiny-gpt2")
+    >>> tcs = shipped_transcoders(model)
+    >>> graph = attribute(model, "The cat sat on the mat because", tcs)
+    >>> windows = token_windows(model, split_corpus("data/corpus")[1], context_size=64, max_windows=64)
+    >>> graph_page(graph, "graph.html", model=model, transcoders=tcs, contexts=windows)
+    PosixPath('graph.html')
+"""
+
+from __future__ import annotations
+
+import hashlib
+import html
+import json
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from ..checks import check_float, check_int_in_range, check_type
+from ..files import write_atomic
+from .graph import AttributionGraph
+from .graph_json import graph_nodes
+from .prune import check_graph, dense_adjacency, node_influences, prune_graph, row_normalized
+from .viewer_features import feature_details
+
+__all__ = ["graph_page"]
+
+_CALLER = "graph_page"
+_ASSETS = Path(__file__).resolve().parent / "viewer_assets"
+EDGE_MAX = 0.999  # the edge slider's top (see the module's docs)
+_KINDS = {"cross layer transcoder": "feature", "mlp reconstruction error": "error", "embedding": "embedding"}
+
+
+def _f32(x: float) -> float:
+    """A float32 value in 9 significant digits: it reads back (as a float32) to the same value."""
+    return float(f"{x:.9g}")
+
+
+def default_slug(graph: AttributionGraph) -> str:
+    """A name for the graph: the prompt's first words and a digest of its tokens and transcoders."""
+    words = re.sub(r"[^a-z0-9]+", "-", graph.input_string.lower()).strip("-")[:40].strip("-") or "graph"
+    key = json.dumps([graph.input_tokens.tolist(), graph.scan, graph.n_features, graph.n_logits])
+    return f"{words}-{hashlib.sha256(key.encode()).hexdigest()[:8]}"
+
+
+def _token_text(model: Any, ids: list[int]) -> list[str]:
+    """Each token's text ("#id" without a model or a tokenizer)."""
+    tok = getattr(model, "tokenizer", None)
+    if tok is None:
+        return [f"#{i}" for i in ids]
+    return [str(s) for s in tok.decode_each(ids)]
+
+
+def _floor(
+    graph: AttributionGraph, influence: Tensor, max_node_threshold: float, max_nodes: int
+) -> tuple[Tensor, float]:
+    """(`[n_nodes]` bool: the nodes the page holds, the node slider's top).
+
+    The nodes are those `prune_graph` keeps before its clean-up at node threshold `max_node_threshold`
+    (influence at least that of the node where the ranked cumulative share reaches it), at most the
+    `max_nodes` best ranked (ties kept together), plus the embeddings and logits. At any node threshold
+    up to the slider's top, `prune_graph`'s kept nodes are among them."""
+    ordered = torch.sort(influence, descending=True).values
+    cumulative = torch.cumsum(ordered, dim=0) / torch.sum(ordered)
+    index = min(int(torch.searchsorted(cumulative, max_node_threshold).item()), len(cumulative) - 1)
+    m = min(index + 1, max_nodes, max(int((ordered > 0).sum()), 1))
+    held = influence >= ordered[m - 1]
+    held[-(graph.n_pos + graph.n_logits) :] = True
+    top = max_node_threshold if m == index + 1 else min(max_node_threshold, float(cumulative[m - 1]))
+    return held, top
+
+
+def page_data(
+    graph: AttributionGraph,
+    *,
+    model: Any = None,
+    transcoders: Any = None,
+    contexts: Tensor | None = None,
+    slug: str | None = None,
+    title: str | None = None,
+    node_threshold: float = 0.8,
+    edge_threshold: float = 0.98,
+    max_node_threshold: float = 0.99,
+    max_nodes: int = 600,
+    n_tokens: int = 8,
+    n_contexts: int = 5,
+) -> dict[str, Any]:
+    """What `graph_page` embeds in the page, as a dict (see `graph_page` for the arguments).
+
+    `nodes`: one record per node held (id as in `to_json`, kind, layer, pos, feature, activation,
+    influence (the raw influence prune_graph ranks by), cumulative (its cumulative share), label, token,
+    prob; promoted / suppressed / contexts for features when computed); `edges`: a flat list
+    `[source, target, weight, ...]` of every non-zero adjacency entry among them (indices into `nodes`)."""
+    check_graph(graph, _CALLER)
+    max_node_threshold = check_float(max_node_threshold, "max_node_threshold", 0.0, 1.0, _CALLER)
+    node_threshold = check_float(node_threshold, "node_threshold", 0.0, max_node_threshold, _CALLER)
+    edge_threshold = check_float(edge_threshold, "edge_threshold", 0.0, EDGE_MAX, _CALLER)
+    max_nodes = check_int_in_range(max_nodes, "max_nodes", 1, None, caller=_CALLER)
+    n_tokens = check_int_in_range(n_tokens, "n_tokens", 1, None, caller=_CALLER)
+    n_contexts = check_int_in_range(n_contexts, "n_contexts", 1, None, caller=_CALLER)
+    for name, value in (("slug", slug), ("title", title)):
+        if value is not None and (not isinstance(value, str) or not value.strip()):
+            raise (TypeError if not isinstance(value, str) else ValueError)(
+                f"{_CALLER}: {name}={value!r}: expected a non-empty string (or None)"
+            )
+    if model is not None and not hasattr(model, "cfg"):
+        raise TypeError(f"{_CALLER}: model: expected a GPT (or None), got {type(model).__name__}")
+    if model is not None and (model.cfg.n_layers, model.cfg.d_vocab) != (graph.cfg.n_layers, graph.vocab_size):
+        raise ValueError(
+            f"{_CALLER}: model has {model.cfg.n_layers} layers and a {model.cfg.d_vocab}-token vocabulary; the graph "
+            f"was made on {graph.cfg.n_layers} layers and {graph.vocab_size} tokens: pass the graph's model"
+        )
+
+    _, edge_mask, cumulative = prune_graph(graph, node_threshold, edge_threshold)
+    adj, logit_weights = dense_adjacency(graph, _CALLER)
+    influence = node_influences(row_normalized(adj), logit_weights, _CALLER)  # what prune_graph ranks by
+    held, node_top = _floor(graph, influence, max_node_threshold, max_nodes)
+    if node_threshold > node_top:
+        raise ValueError(
+            f"{_CALLER}: node_threshold={node_threshold} needs more than max_nodes={max_nodes} nodes (the page's "
+            f"node slider reaches {node_top:.4f}); raise max_nodes or lower node_threshold"
+        )
+    records = graph_nodes(graph, held, cumulative)
+    index = sorted(records)
+    tokens = _token_text(model, graph.input_tokens.tolist())
+    extras = feature_details(
+        graph, [records[i] for i in index], model, transcoders, contexts, n_tokens, n_contexts, _CALLER
+    )
+    nodes = []
+    n_layers = int(graph.cfg.n_layers)
+    for i in index:
+        r = records[i]
+        kind = _KINDS.get(r["feature_type"], "logit")
+        layer = -1 if kind == "embedding" else n_layers if kind == "logit" else int(r["layer"])
+        node: dict[str, Any] = {
+            "id": r["node_id"], "kind": kind, "layer": layer, "pos": int(r["ctx_idx"]),
+            "influence": _f32(float(influence[i])), "cumulative": _f32(float(cumulative[i])),
+        }  # fmt: skip
+        if kind == "feature":
+            node.update(feature=int(r["node_id"].split("_")[1]), activation=_f32(r["activation"]))
+            node.update(extras.get((layer, node["feature"]), {}))
+            node["label"] = f"L{layer} #{node['feature']}"
+        elif kind == "error":
+            node["label"] = f"error L{layer}"
+        elif kind == "embedding":
+            node["label"], node["token"] = f"emb {tokens[node['pos']]!r}", tokens[node["pos"]]
+        else:
+            k = i - (adj.shape[0] - graph.n_logits)
+            node.update(token=graph.logit_targets[k].token_str, prob=_f32(float(graph.logit_probabilities[k])))
+            node["label"] = r["clerp"]
+        nodes.append(node)
+    where = {node: j for j, node in enumerate(index)}
+    sub = adj.cpu()[held][:, held]
+    targets, sources = sub.nonzero(as_tuple=True)
+    weights = sub[targets, sources].tolist()
+    held_index = torch.tensor(index)
+    edges: list[float | int] = []
+    for t, s, w in zip(held_index[targets].tolist(), held_index[sources].tolist(), weights, strict=True):
+        edges += [where[s], where[t], _f32(w)]
+    return {
+        "schema": 1,
+        "slug": slug or default_slug(graph),
+        "title": title or "attribution graph",
+        "prompt": graph.input_string,
+        "tokens": tokens,
+        "scan": graph.scan if isinstance(graph.scan, str) else None,
+        "n_layers": n_layers,
+        "n_pos": graph.n_pos,
+        "node_threshold": node_threshold,
+        "edge_threshold": edge_threshold,
+        "node_max": _f32(node_top),
+        "edge_max": EDGE_MAX,
+        "max_nodes_cut": node_top < max_node_threshold,
+        "n_graph_nodes": int(adj.shape[0]),
+        "n_graph_edges": int((adj != 0).sum()),
+        "n_kept_edges": int(edge_mask.sum()),
+        "nodes": nodes,
+        "edges": edges,
+    }
+
+
+def _json_for_script(data: dict[str, Any]) -> str:
+    """`data` as JSON that is safe inside a <script> block: every <, > and & as a \\u escape (so neither
+    "</script>" nor "<!--" can appear), U+2028 / U+2029 escaped too."""
+    text = json.dumps(data, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+    for ch, esc in (("<", "\\u003c"), (">", "\\u003e"), ("&", "\\u0026"), ("\u2028", "\\u2028"), ("\u2029", "\\u2029")):
+        text = text.replace(ch, esc)
+    return text
+
+
+def render_page(data: dict[str, Any]) -> str:
+    """The page's HTML for `page_data`'s dict: one file, script and style inline, no request."""
+    from ..plots.page import CSP
+
+    script = (_ASSETS / "graph_viewer.js").read_text(encoding="utf-8")
+    style = (_ASSETS / "graph_viewer.css").read_text(encoding="utf-8")
+    for name, text in (("graph_viewer.js", script), ("graph_viewer.css", style)):
+        if re.search(r"</(script|style)", text, re.IGNORECASE):  # would end its block early
+            raise RuntimeError(f"{_CALLER}: {name} holds a closing </script> or </style> tag")
+    title = html.escape(f"{data['title']}: {data['slug']}")
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8">
+<meta http-equiv="Content-Security-Policy" content="{CSP}">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>{title}</title>
+<style>{style}</style></head>
+<body>
+<header><h1 id="title"></h1><p id="prompt"></p><p id="summary"></p></header>
+<div id="controls">
+<label for="node-threshold">node threshold</label>
+<input type="range" id="node-threshold" min="0.05" max="{data["node_max"]}" step="0.005" value="{data["node_threshold"]}">
+<output id="node-threshold-value"></output>
+<label for="edge-threshold">edge threshold</label>
+<input type="range" id="edge-threshold" min="0.05" max="{data["edge_max"]}" step="0.001" value="{data["edge_threshold"]}">
+<output id="edge-threshold-value"></output>
+<span id="counts"></span>
+</div>
+<main>
+<div id="graph-wrap"><svg id="graph" xmlns="http://www.w3.org/2000/svg" role="img" aria-label="attribution graph"></svg>
+<p id="legend"></p></div>
+<aside>
+<section><h2>Node</h2><div id="details"><p class="hint">Hover a node; click to pin it.</p></div></section>
+<section><h2>Pinned</h2><ul id="pinned"></ul>
+<input id="group-name" type="text" maxlength="80" placeholder="supernode name">
+<button id="group" type="button">group pinned</button> <button id="clear-pins" type="button">clear pins</button></section>
+<section><h2>Supernodes</h2><ul id="supernodes"></ul>
+<button id="download" type="button">download grouping</button>
+<label class="upload">upload grouping <input type="file" id="upload" accept=".json,application/json"></label>
+<p id="grouping-status"></p></section>
+</aside>
+</main>
+<script type="application/json" id="graph-data">{_json_for_script(data)}</script>
+<script>{script}</script>
+</body></html>
+"""
+
+
+def graph_page(
+    graph: AttributionGraph,
+    path: str | os.PathLike[str],
+    *,
+    model: Any = None,
+    transcoders: Any = None,
+    contexts: Tensor | None = None,
+    slug: str | None = None,
+    title: str | None = None,
+    node_threshold: float = 0.8,
+    edge_threshold: float = 0.98,
+    max_node_threshold: float = 0.99,
+    max_nodes: int = 600,
+    n_tokens: int = 8,
+    n_contexts: int = 5,
+) -> Path:
+    """Write `graph` as one offline HTML page to explore it (see the module's docs); returns the path.
+
+    Args:
+        graph: an `AttributionGraph` (from `attribute`).
+        path: the page to write (whole or not at all; its folder is made if missing).
+        model: the graph's `GPT`: token text (without it, tokens show as "#id") and, with `transcoders`,
+            each feature's promoted and suppressed tokens.
+        transcoders: the transcoders the graph was made with (a list, one per layer, or a
+            `CrossLayerTranscoder`); needs `model`.
+        contexts: token windows `[n, pos]` (e.g. `token_windows(model, texts)`) to find each feature's
+            top-activating contexts on (position 0, the BOS, left out, as `attribute` leaves it out);
+            needs `model` and `transcoders`.
+        slug: the graph's name, and the key its pins and supernodes are saved under in the browser
+            (default: the prompt's first words and a digest of its tokens).
+        title: the page's heading (default "attribution graph").
+        node_threshold, edge_threshold: the sliders' first values (`prune_graph`'s defaults).
+        max_node_threshold, max_nodes: which nodes the page holds, so its size stays bounded (see the
+            module's docs); the node slider reaches `max_node_threshold` at most.
+        n_tokens: promoted and suppressed tokens per feature; n_contexts: contexts per feature.
+
+    Example:
+        >>> graph_page(attribute(model, "The cat sat on the", tcs), "graph.html", model=model, transcoders=tcs)
+        PosixPath('graph.html')
+    """
+    check_type(graph, AttributionGraph, "graph", "an AttributionGraph (from attribute)", _CALLER)
+    check_type(path, (str, os.PathLike), "path", "a file path (str or os.PathLike)", _CALLER)  # type: ignore[arg-type]
+    data = page_data(
+        graph, model=model, transcoders=transcoders, contexts=contexts, slug=slug, title=title,
+        node_threshold=node_threshold, edge_threshold=edge_threshold, max_node_threshold=max_node_threshold,
+        max_nodes=max_nodes, n_tokens=n_tokens, n_contexts=n_contexts,
+    )  # fmt: skip
+    return write_atomic(path, render_page(data))
