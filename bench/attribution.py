@@ -14,7 +14,8 @@ workers (the same tensors, no file of 1.8 GB to write), read from `ln2.hook_norm
 
 Each library runs in its own worker process (circuit-tracer in its venv: it pins transformers<=4.57.3
 and huggingface_hub<1, see .ci/run), `repeats` times, with `threads` torch threads; a worker reports
-the wall time of every `attribute` call (default arguments but `batch_size`, the same for both) and
+the wall time of every `attribute` call (default arguments but `batch_size`: each library's default, then
+the same for both) and
 its peak RSS over the RSS before the first call (`_common.PeakMemory`; the model and transcoders
 excluded: both hold the same weights). Both graphs' adjacency matrices are compared in the parent.
 Ratios: our best time over theirs, our peak over theirs. Run it alone: two torch processes at once
@@ -80,7 +81,9 @@ def ours(args: argparse.Namespace, folder: Path) -> tuple[Any, Any]:
 
     def run(tokens: torch.Tensor) -> Any:
         kw = {} if args.max_feature_nodes is None else {"max_feature_nodes": args.max_feature_nodes}
-        return attribute(model, tokens, tcs, batch_size=args.batch_size, **kw)
+        if args.one_batch_size:
+            kw["batch_size"] = args.one_batch_size
+        return attribute(model, tokens, tcs, **kw)
 
     return model, run
 
@@ -125,7 +128,8 @@ def theirs(args: argparse.Namespace, folder: Path) -> tuple[Any, Any]:
     model.tokenizer = Tokenizer()
 
     def run(tokens: torch.Tensor) -> Any:
-        return ct_attribute(tokens, model, batch_size=args.batch_size, max_feature_nodes=args.max_feature_nodes)
+        kw = {"batch_size": args.one_batch_size} if args.one_batch_size else {}
+        return ct_attribute(tokens, model, max_feature_nodes=args.max_feature_nodes, **kw)
 
     return model, run
 
@@ -151,9 +155,12 @@ def worker(args: argparse.Namespace) -> int:
     return 0
 
 
-def run_worker(python: str, name: str, n_tokens: int, args: argparse.Namespace, save: Path) -> dict[str, Any]:
+def run_worker(
+    python: str, name: str, n_tokens: int, batch: int, args: argparse.Namespace, save: Path
+) -> dict[str, Any]:
     cmd = [python, __file__, "--worker", name, "--n-tokens", str(n_tokens), "--save", str(save)]
-    for opt in ("repeats", "threads", "d_sae", "k", "seed", "batch_size"):
+    cmd += ["--one-batch-size", str(batch)]
+    for opt in ("repeats", "threads", "d_sae", "k", "seed"):
         cmd += [f"--{opt.replace('_', '-')}", str(getattr(args, opt))]
     if args.max_feature_nodes is not None:
         cmd += ["--max-feature-nodes", str(args.max_feature_nodes)]
@@ -172,13 +179,20 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--d-sae", type=int, default=24576)
     p.add_argument("--k", type=int, default=16)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument(
+        "--batch-size",
+        type=int,
+        nargs="+",
+        default=[0, 16],
+        help="runs at these batch sizes (0: each library's default, ours 16 on the CPU, theirs 512)",
+    )
     p.add_argument("--max-feature-nodes", type=int, default=None)
     p.add_argument("--ct-python", default=str(ROOT / ".venv-ct" / "bin" / "python"))
     p.add_argument("--long", type=int, default=None, help="only ours, on a prompt this long (memory)")
     p.add_argument("--json", help="also write the results here")
     p.add_argument("--worker", choices=["ours", "ct"], help=argparse.SUPPRESS)
     p.add_argument("--n-tokens", type=int, help=argparse.SUPPRESS)
+    p.add_argument("--one-batch-size", type=int, default=0, help=argparse.SUPPRESS)
     p.add_argument("--save", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.worker:
@@ -187,21 +201,27 @@ def main(argv: list[str] | None = None) -> int:
     results: dict[str, Any] = {"machine": C.machine() if hasattr(C, "machine") else os.uname().nodename}
     lengths = [args.long] if args.long else args.tokens
     with tempfile.TemporaryDirectory() as tmp:
-        for n in lengths:
-            row: dict[str, Any] = {"ours": run_worker(sys.executable, "ours", n, args, Path(tmp) / "ours.pt")}
-            if not args.long:
-                if not Path(args.ct_python).exists():
-                    raise SystemExit(f"--ct-python {args.ct_python}: no such interpreter (build .venv-ct: see .ci/run)")
-                row["ct"] = run_worker(args.ct_python, "ct", n, args, Path(tmp) / "ct.pt")
-                a, b = (torch.load(Path(tmp) / f"{w}.pt", weights_only=True) for w in ("ours", "ct"))
-                assert torch.equal(a["active"], b["active"]), "different active features"
-                scale = float(b["adjacency"].abs().max())
-                row["adjacency_max_rel_diff"] = float((a["adjacency"] - b["adjacency"]).abs().max()) / scale
-                row["time_ratio"] = min(row["ours"]["times"]) / min(row["ct"]["times"])
-                if row["ours"]["peak_increase"] and row["ct"]["peak_increase"]:
-                    row["memory_ratio"] = row["ours"]["peak_increase"] / row["ct"]["peak_increase"]
-            results[str(n)] = row
-            print(f"{n} tokens: {json.dumps(row)}", flush=True)
+        for batch in [0] if args.long else args.batch_size:
+            for n in lengths:
+                key = f"{n} tokens, batch_size {batch or 'default'}"
+                row: dict[str, Any] = {
+                    "ours": run_worker(sys.executable, "ours", n, batch, args, Path(tmp) / "ours.pt")
+                }
+                if not args.long:
+                    if not Path(args.ct_python).exists():
+                        raise SystemExit(
+                            f"--ct-python {args.ct_python}: no such interpreter (build .venv-ct, see .ci/run)"
+                        )
+                    row["ct"] = run_worker(args.ct_python, "ct", n, batch, args, Path(tmp) / "ct.pt")
+                    a, b = (torch.load(Path(tmp) / f"{w}.pt", weights_only=True) for w in ("ours", "ct"))
+                    assert torch.equal(a["active"], b["active"]), "different active features"
+                    scale = float(b["adjacency"].abs().max())
+                    row["adjacency_max_rel_diff"] = float((a["adjacency"] - b["adjacency"]).abs().max()) / scale
+                    row["time_ratio"] = min(row["ours"]["times"]) / min(row["ct"]["times"])
+                    if row["ours"]["peak_increase"] and row["ct"]["peak_increase"]:
+                        row["memory_ratio"] = row["ours"]["peak_increase"] / row["ct"]["peak_increase"]
+                results[key] = row
+                print(f"{key}: {json.dumps(row)}", flush=True)
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2))
     return 0

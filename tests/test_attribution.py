@@ -296,3 +296,29 @@ def test_a_graph_under_no_grad_is_the_same_graph(tiny_model: GPT) -> None:
         quiet = attribute(tiny_model, TOKENS, tcs, batch_size=64)
     assert quiet.adjacency_matrix.abs().max() > 0
     torch.testing.assert_close(quiet.adjacency_matrix, graph.adjacency_matrix, rtol=0, atol=1e-5)
+
+
+def test_a_graph_that_would_not_fit_is_refused_before_any_work(tiny_model: GPT, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """Dense matrices beyond the memory available: a ValueError naming max_feature_nodes and a value that
+    fits, raised before the forward pass; that value then builds the graph."""
+    import importlib
+    import re
+
+    attribute_module = importlib.import_module("interp_gpt.attribution.attribute")
+
+    tcs = plts(tiny_model.cfg.d_model, tiny_model.cfg.n_layers, skip=False)
+    full = attribute(tiny_model, TOKENS, tcs)
+    n = full.adjacency_matrix.shape[0]
+    monkeypatch.setattr(attribute_module, "_available_bytes", lambda: 4 * n * n // 2)
+    with pytest.raises(
+        ValueError, match=r"attribute: a graph of \d+ of \d+ active features .* max_feature_nodes=(\d+)"
+    ):
+        attribute(tiny_model, TOKENS, tcs)
+    try:
+        attribute(tiny_model, TOKENS, tcs)
+    except ValueError as e:
+        fits = int(re.search(r"max_feature_nodes=(\d+)", str(e)).group(1))  # type: ignore[union-attr]
+    assert 0 < fits < full.n_features
+    assert attribute(tiny_model, TOKENS, tcs, max_feature_nodes=fits).n_features == fits
+    with pytest.raises(ValueError, match="max_feature_nodes"):
+        attribute(tiny_model, TOKENS, tcs, max_feature_nodes=fits + 1)

@@ -63,7 +63,7 @@ def attribute(
     max_n_logits: int = 10,
     desired_logit_prob: float = 0.95,
     max_feature_nodes: int | None = None,
-    batch_size: int = 64,
+    batch_size: int | None = None,
     update_interval: int = 4,
     verbose: bool = False,
 ) -> AttributionGraph:
@@ -80,7 +80,9 @@ def attribute(
             direction [d_model]) tuples (see targets.py).
         max_n_logits, desired_logit_prob: how many top logits, when attribution_targets is None.
         max_feature_nodes: at most this many feature nodes, the most influential (None: every active feature).
-        batch_size: targets per backward pass (and copies of the prompt in the one forward pass).
+        batch_size: targets per backward pass (and copies of the prompt in the one forward pass); None:
+            16 on the CPU, where small passes stay in cache (bench/attribution.py: 16 tokens took 11 s at 16
+            and 20 s at 64), 128 on a GPU.
         update_interval: batches between re-rankings of the features by influence.
         verbose: a progress bar over the feature targets.
     """
@@ -92,6 +94,8 @@ def attribute(
         raise ValueError(f"{_CALLER}: desired_logit_prob={desired_logit_prob!r}: expected a number in (0, 1]")
     if max_feature_nodes is not None:
         check_int_in_range(max_feature_nodes, "max_feature_nodes", 1, None, caller=_CALLER)
+    if batch_size is None:
+        batch_size = 16 if tokens.device.type == "cpu" else 128
     check_int_in_range(batch_size, "batch_size", 1, None, caller=_CALLER)
     check_int_in_range(update_interval, "update_interval", 1, None, caller=_CALLER)
 
@@ -110,14 +114,19 @@ def attribute(
     logit_offset = n_active + (n_layers + 1) * n_pos
     total = logit_offset + n_logits
     n_keep = n_active if max_feature_nodes is None else min(max_feature_nodes, n_active)
-    edges = torch.zeros(n_keep + n_logits, total)  # rows: logits first, then features as visited
-    row_node = torch.zeros(n_keep + n_logits, dtype=torch.long)  # the node each row belongs to
+    # Every feature a node: each row is written straight into the adjacency at its node's place (one dense
+    # [nodes, nodes] matrix in memory). A subset: rows kept as visited, then assembled (rows x all sources).
+    direct = n_keep == n_active
+    _check_room(n_active, (n_layers + 1) * n_pos, n_logits, n_keep)
+    edges = torch.zeros((total if direct else n_keep + n_logits), total)
+    row_node = torch.zeros(n_keep + n_logits, dtype=torch.long)  # the node each row of `edges` belongs to
 
     # Phase 3: logit attribution
     for i in range(0, n_logits, batch_size):
         vec = vecs[i : i + batch_size]
         layers = torch.full((vec.shape[0],), n_layers)
-        edges[i : i + vec.shape[0], :logit_offset] = sources.rows(layers, torch.full_like(layers, n_pos - 1), vec)
+        at = logit_offset + i if direct else i
+        edges[at : at + vec.shape[0], :logit_offset] = sources.rows(layers, torch.full_like(layers, n_pos - 1), vec)
         row_node[i : i + vec.shape[0]] = torch.arange(i, i + vec.shape[0]) + logit_offset
 
     # Phase 4: feature attribution (by influence when max_feature_nodes limits them)
@@ -125,7 +134,7 @@ def attribute(
     encoders = sources.encoder_rows()
     bar = tqdm(total=n_keep, desc="Feature attribution", disable=not verbose)
     while int(visited.sum()) < n_keep:
-        if n_keep == n_active:
+        if direct:
             pending = torch.arange(n_active)
         else:
             influence = _partial_influence(edges[:st], probs, row_node[:st])[:n_active]
@@ -133,7 +142,10 @@ def attribute(
             pending = ranked[~visited[ranked]][: min(update_interval * batch_size, n_keep - int(visited.sum()))]
         for batch in pending.split(batch_size):
             rows = sources.rows(active[batch, 0], active[batch, 1], encoders[batch])
-            edges[st : st + len(batch), :logit_offset] = rows
+            if direct:  # pending is 0..n_active-1 in order: the batch's nodes are a run of rows
+                edges[int(batch[0]) : int(batch[0]) + len(batch), :logit_offset] = rows
+            else:
+                edges[st : st + len(batch), :logit_offset] = rows
             row_node[st : st + len(batch)] = batch
             visited[batch] = True
             st += len(batch)
@@ -142,13 +154,16 @@ def attribute(
 
     # Phase 5: assemble the graph
     selected = torch.where(visited)[0]
-    if n_keep < n_active:
-        edges = edges[:, torch.cat([selected, torch.arange(n_active, total)])]
-    edges = edges[row_node.argsort()]
-    n_nodes = edges.shape[1]
-    adjacency = torch.zeros(n_nodes, n_nodes)
-    adjacency[:n_keep] = edges[:n_keep]
-    adjacency[n_nodes - n_logits :] = edges[n_keep:]
+    if direct:
+        adjacency = edges
+    else:
+        keep = torch.cat([selected, torch.arange(n_active, total)])
+        order = row_node.argsort()  # feature rows by node (selected is sorted), then the logits
+        n_nodes = keep.shape[0]
+        adjacency = torch.zeros(n_nodes, n_nodes)
+        adjacency[:n_keep] = edges[order[:n_keep]][:, keep]
+        adjacency[n_nodes - n_logits :] = edges[order[n_keep:]][:, keep]
+        del edges
     tok = getattr(model, "tokenizer", None)
     return AttributionGraph(
         input_string=str(model.to_string(tokens)) if tok is not None else "",
@@ -256,6 +271,43 @@ class _Sources:
                 "bpd,pd->bp", raw[-1][:n], self.token_vectors
             ).float()
         return out
+
+
+def _dense_bytes(n_active: int, n_fixed: int, n_logits: int, n_keep: int) -> int:
+    """The dense matrices of a graph: [nodes, nodes] for every feature a node; else the visited rows over
+    every source plus the assembled [nodes, nodes]."""
+    total = n_active + n_fixed + n_logits
+    if n_keep == n_active:
+        return 4 * total * total
+    return 4 * ((n_keep + n_logits) * total + (n_keep + n_fixed + n_logits) ** 2)
+
+
+def _available_bytes() -> int | None:
+    """The memory available now (Linux's MemAvailable), or None where it cannot be read."""
+    try:
+        with open("/proc/meminfo") as f:
+            return next(int(line.split()[1]) * 1024 for line in f if line.startswith("MemAvailable:"))
+    except (OSError, StopIteration, ValueError):
+        return None
+
+
+def _check_room(n_active: int, n_fixed: int, n_logits: int, n_keep: int) -> None:
+    """Refuse, before any work, a graph whose dense matrices would not fit in the memory available now
+    (Linux's MemAvailable; no check where it cannot be read), naming max_feature_nodes and a value that fits."""
+    free = _available_bytes()
+    if free is None:
+        return
+    need = _dense_bytes(n_active, n_fixed, n_logits, n_keep)
+    if need <= free:
+        return
+    lo, hi = 0, n_keep  # the most feature nodes that fit
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        lo, hi = (mid, hi) if _dense_bytes(n_active, n_fixed, n_logits, mid) <= free else (lo, mid - 1)
+    raise ValueError(
+        f"{_CALLER}: a graph of {n_keep} of {n_active} active features as nodes needs {need / 2**30:.1f} GiB of dense "
+        f"matrices and {free / 2**30:.1f} GiB are available: pass max_feature_nodes={lo} or fewer, or a shorter prompt"
+    )
 
 
 def _partial_influence(edges: Tensor, weights: Tensor, row_node: Tensor, max_iter: int = 128) -> Tensor:

@@ -54,7 +54,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--desired-logit-prob", type=float, default=0.95, metavar="P", help="or until they hold P")
     p.add_argument("--node-threshold", type=float, default=0.8, help="the page's first node threshold (0.8)")
     p.add_argument("--edge-threshold", type=float, default=0.98, help="the page's first edge threshold (0.98)")
-    p.add_argument("--batch-size", type=int, default=64, metavar="N", help="targets per backward pass (64)")
+    p.add_argument(
+        "--batch-size",
+        type=int,
+        default=None,
+        metavar="N",
+        help="targets per backward pass (16 on the CPU, 128 on a GPU)",
+    )
     p.add_argument("--max-nodes", type=int, default=600, metavar="N", help="most nodes the page holds (600)")
     p.add_argument("--contexts-from", metavar="PATH", help="a .txt file or folder: each feature's top contexts")
     p.add_argument("--max-windows", type=int, default=64, metavar="N", help="64-token windows read (default 64)")
