@@ -13,13 +13,16 @@ workers (the same tensors, no file of 1.8 GB to write), read from `ln2.hook_norm
 `hook_mlp_out`. The prompt is `tokens` random token ids after token 50256 (the BOS for both).
 
 Each library runs in its own worker process (circuit-tracer in its venv: it pins transformers<=4.57.3
-and huggingface_hub<1, see .ci/run), `repeats` times, with `threads` torch threads; a worker reports
-the wall time of every `attribute` call (default arguments but `batch_size`: each library's default, then
-the same for both) and
-its peak RSS over the RSS before the first call (`_common.PeakMemory`; the model and transcoders
+and huggingface_hub<1, see .ci/run) with `threads` torch threads: `repeats` timed `attribute` calls
+(default arguments but `batch_size`: first each library's default, then the same for both), then one
+more for memory, its peak RSS over the RSS before it (`_common.PeakMemory`, after
+`_common.return_freed_memory_to_os`, which is never on where we time; the model and transcoders are
 excluded: both hold the same weights). Both graphs' adjacency matrices are compared in the parent.
 Ratios: our best time over theirs, our peak over theirs. Run it alone: two torch processes at once
 slow each other down ~5x on a 2-core machine (the workers run one after the other).
+
+`--long N` runs ours alone on an N-token prompt (with `--max-feature-nodes`) and reports its time and
+peak memory: the scale report (circuit-tracer runs out of memory on long prompts, its issue #92).
 """
 
 from __future__ import annotations
@@ -136,18 +139,20 @@ def theirs(args: argparse.Namespace, folder: Path) -> tuple[Any, Any]:
 
 def worker(args: argparse.Namespace) -> int:
     torch.set_num_threads(args.threads)
-    C.return_freed_memory_to_os()
     folder, _ = C.checkpoint()
     _, run = (ours if args.worker == "ours" else theirs)(args, folder)
     tokens = prompt(args.n_tokens, args.seed)
-    times, peak, graph = [], None, None
-    for _ in range(args.repeats):
+    times, graph = [], None
+    for _ in range(args.repeats):  # timed with the allocator as users have it
         graph = None
-        with C.PeakMemory() as mem:
-            t0 = time.perf_counter()
-            graph = run(tokens)
-            times.append(time.perf_counter() - t0)
-        peak = mem.increase if peak is None or mem.increase is None else max(peak, mem.increase)
+        t0 = time.perf_counter()
+        graph = run(tokens)
+        times.append(time.perf_counter() - t0)
+    graph = None
+    C.return_freed_memory_to_os()  # then one run measured with every large block its own mapping
+    with C.PeakMemory() as mem:
+        graph = run(tokens)
+    peak = mem.increase
     assert graph is not None
     out = {"times": times, "peak_increase": peak, "n_features": int(graph.active_features.shape[0])}
     torch.save({"adjacency": graph.adjacency_matrix.to_dense().cpu(), "active": graph.active_features.cpu()}, args.save)

@@ -155,13 +155,12 @@ class Attention(nn.Module):
         return FactoredMatrix(self.W_Q, self.W_K.transpose(-2, -1))
 
     def project(self, x: Resid, W: Tensor, b: Tensor) -> Float[Tensor, "batch posn n_heads d_head"]:
-        if x.ndim == 3:  # one input shared by all heads (else one per head: use_split_qkv_input)
-            # A broadcast view, no memory: with heads as a batch axis the einsum reads W where it
-            # lies instead of copying it into one [d_model, n_heads*d_head] matrix on every call.
+        if x.ndim == 3 and not (x.requires_grad and torch.is_grad_enabled()):  # one input for all heads
+            # A broadcast view with heads as a batch axis reads W where it lies, with no [d_model, n_heads*d_head]
+            # copy per call; under autograd the one product's gradient to x is one matmul, not one per head.
             x = einops.repeat(x, "batch posn d_model -> batch posn n_heads d_model", n_heads=W.shape[0])
-        return add_bias(
-            einops.einsum(x, W, "batch posn n_heads d_model, n_heads d_model d_head -> batch posn n_heads d_head"), b
-        )
+        x_axes = "batch posn d_model" if x.ndim == 3 else "batch posn n_heads d_model"
+        return add_bias(einops.einsum(x, W, f"{x_axes}, n_heads d_model d_head -> batch posn n_heads d_head"), b)
 
     def forward(
         self,
