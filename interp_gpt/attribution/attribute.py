@@ -81,8 +81,7 @@ def attribute(
         max_n_logits, desired_logit_prob: how many top logits, when attribution_targets is None.
         max_feature_nodes: at most this many feature nodes, the most influential (None: every active feature).
         batch_size: targets per backward pass (and copies of the prompt in the one forward pass); None:
-            16 on the CPU, where small passes stay in cache (bench/attribution.py: 16 tokens took 11 s at 16
-            and 20 s at 64), 128 on a GPU.
+            16 on the CPU (as fast as larger batches there, in less memory: bench/attribution.py), 128 on a GPU.
         update_interval: batches between re-rankings of the features by influence.
         verbose: a progress bar over the feature targets.
     """

@@ -59,7 +59,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         type=int,
         default=None,
         metavar="N",
-        help="targets per backward pass (16 on the CPU, 128 on a GPU)",
+        help="targets per backward pass (default: 16 on the CPU, 128 on a GPU)",
     )
     p.add_argument("--max-nodes", type=int, default=600, metavar="N", help="most nodes the page holds (600)")
     p.add_argument("--contexts-from", metavar="PATH", help="a .txt file or folder: each feature's top contexts")
