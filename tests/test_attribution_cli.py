@@ -139,3 +139,16 @@ def test_attribute_is_listed_with_its_help(capsys):
         assert option in text
     args = build_parser().parse_args(["attribute", "gpt2", "hi", "--transcoders", "shipped", "--out", "g.html"])
     assert (args.model, args.prompt, args.json, args.max_feature_nodes) == ("gpt2", "hi", None, None)
+
+
+def test_the_readme_command_runs_as_written(capsys, tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """The README's `interp-gpt attribute ...` line (under "Attribution graphs"), run in a fresh folder."""
+    import shlex
+
+    text = (REPO / "README.md").read_text(encoding="utf-8").split("\n## Attribution graphs\n", 1)[1]
+    line = next(ln for ln in text.split("\n## ", 1)[0].splitlines() if ln.startswith("interp-gpt attribute "))
+    argv = shlex.split(line)[1:]
+    monkeypatch.chdir(tmp_path)
+    assert main(argv) == 0, capsys.readouterr().err
+    assert (tmp_path / "graph.html").read_text(encoding="utf-8").startswith("<!DOCTYPE html>")
+    assert json.loads((tmp_path / "graph.json").read_text(encoding="utf-8"))["nodes"]
