@@ -104,7 +104,8 @@ def test_sparse_graph_page_data_is_the_dense_ones(graphs) -> None:  # type: igno
 @pytest.mark.parametrize("seed", range(30))
 def test_random_sparse_graphs_prune_as_dense(seed: int, tmp_path) -> None:  # type: ignore[no-untyped-def]
     dense = random_graph(seed)
-    assert_prunes_alike(dense, csr_of(dense))
+    for nt, et in ((0.8, 0.98), (0.6, 0.5), (0.8, 0.7), (0.6, 0.9)):  # low edge thresholds: the clean-up works
+        assert_prunes_alike(dense, csr_of(dense), nt, et)
     coo = dataclasses.replace(dense, adjacency_matrix=dense.adjacency_matrix.to_sparse())  # any sparse layout
     assert torch.equal(prune_graph(coo).edge_mask.to_dense(), prune_graph(dense).edge_mask)
     one = to_json(dense, tmp_path / "d.json", slug="s", tokenizer=_Tok()).read_text()
@@ -166,3 +167,44 @@ def test_as_csr_keeps_a_csr_and_converts_coo() -> None:
     csr = dense.to_sparse_csr()
     assert as_csr(csr) is csr
     assert torch.equal(as_csr(dense.to_sparse()).to_dense(), dense)
+
+
+def test_a_graph_too_large_for_dense_prunes_and_renders_sparse(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """30,000 features on one position (3.6 GB dense, 60,000 non-zeros): pruned, scored, written and put in a
+    page without any [n_nodes, n_nodes] dense tensor (to_dense is refused while they run)."""
+    from interp_gpt import Config
+    from interp_gpt.attribution import AttributionGraph, LogitTarget
+    from interp_gpt.attribution.sparse import csr
+
+    n_f = 30_000
+    n = n_f + 2 + 2 + 1  # features, errors (1 layer x 2 positions), embeddings, one logit
+    g = torch.Generator().manual_seed(0)
+    rows = torch.cat([torch.arange(n_f), torch.full((n_f + 1,), n - 1)])
+    cols = torch.cat([torch.full((n_f,), n_f + 3), torch.arange(n_f), torch.tensor([n_f + 3])])
+    crow = torch.zeros(n + 1, dtype=torch.long)
+    crow[1:] = torch.bincount(rows, minlength=n).cumsum(0)
+    values = torch.rand(rows.shape[0], generator=g) + 0.01
+    graph = AttributionGraph(
+        input_string="",
+        input_tokens=torch.tensor([0, 1]),
+        logit_targets=[LogitTarget("x", 3)],
+        logit_probabilities=torch.tensor([0.9]),
+        active_features=torch.stack([torch.zeros(n_f), torch.ones(n_f), torch.arange(n_f)], 1).long(),
+        activation_values=torch.ones(n_f),
+        selected_features=torch.arange(n_f),
+        adjacency_matrix=csr(crow.int(), cols.int(), values, n),
+        cfg=Config(n_layers=1, d_model=8, n_heads=2, d_vocab=50, n_ctx=8),
+        scan="big",
+    )
+
+    def refuse(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        raise AssertionError(f"to_dense of a {tuple(self.shape)} tensor")
+
+    monkeypatch.setattr(torch.Tensor, "to_dense", refuse)
+    node_mask, edge_mask, _ = prune_graph(graph)  # to_json's thresholds
+    assert edge_mask.is_sparse_csr and 0 < int(node_mask[:n_f].sum()) < n_f
+    replacement, completeness = compute_graph_scores(graph)
+    assert replacement == pytest.approx(1.0) and completeness == pytest.approx(1.0)
+    written = json.loads(to_json(graph, tmp_path / "g.json", slug="s", tokenizer=_Tok()).read_text())
+    assert len(written["links"]) == int(edge_mask.values().sum())
+    assert page_data(graph, slug="s", max_nodes=100, node_threshold=0.5)["n_graph_edges"] == rows.shape[0]
