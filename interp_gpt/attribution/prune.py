@@ -185,7 +185,8 @@ def prune_graph(graph: AttributionGraph, node_threshold: float = 0.8, edge_thres
 
     Example:
         >>> node_mask, edge_mask, cumulative_scores = prune_graph(graph, node_threshold=0.8)
-        >>> kept = graph.adjacency_matrix * edge_mask
+        >>> kept = graph.adjacency_matrix * edge_mask  # dense; a sparse graph's (CSR) mask:
+        >>> kept_weights = graph.adjacency_matrix.values()[edge_mask.values()]  # in its row-major order
     """
     caller = "prune_graph"
     check_graph(graph, caller)

@@ -8,6 +8,8 @@ holds only its target's causal cone). int32 indices: torch's CSR matmul (`@`, `t
 transpose and our indexing all take them, and they halve the indices' memory.
 
 Example:
+    >>> import torch
+    >>> from interp_gpt.attribution.sparse import RowPieces
     >>> pieces = RowPieces(3)
     >>> pieces.add(1, torch.tensor([[0.0, 2.0, 0.0]]))
     >>> pieces.to_csr().to_dense()
