@@ -299,8 +299,9 @@ def test_a_graph_under_no_grad_is_the_same_graph(tiny_model: GPT) -> None:
 
 
 def test_a_graph_that_would_not_fit_is_refused_before_any_work(tiny_model: GPT, monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    """Dense matrices beyond the memory available: a ValueError naming max_feature_nodes and a value that
-    fits, raised before the forward pass; that value then builds the graph."""
+    """Dense matrices beyond the memory available (the dense layout forced: by default such a graph is built
+    sparse, tests/test_attribution_sparse.py): a ValueError naming max_feature_nodes and a value that fits,
+    raised before the backward passes; that value then builds the graph."""
     import importlib
     import re
 
@@ -313,9 +314,9 @@ def test_a_graph_that_would_not_fit_is_refused_before_any_work(tiny_model: GPT, 
     with pytest.raises(
         ValueError, match=r"attribute: a graph of \d+ of \d+ active features .* max_feature_nodes=(\d+)"
     ):
-        attribute(tiny_model, TOKENS, tcs)
+        attribute(tiny_model, TOKENS, tcs, sparse=False)
     try:
-        attribute(tiny_model, TOKENS, tcs)
+        attribute(tiny_model, TOKENS, tcs, sparse=False)
     except ValueError as e:
         fits = int(re.search(r"max_feature_nodes=(\d+)", str(e)).group(1))  # type: ignore[union-attr]
     assert 0 < fits < full.n_features

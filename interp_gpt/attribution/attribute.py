@@ -20,7 +20,9 @@ token embeddings of a prompt and its next-token logits, in a local replacement m
    those visited become nodes.
 5. **Assemble graph** -- `adjacency_matrix[target, source]` in circuit-tracer's node order (features by
    layer, pos, feature; error nodes by layer, pos; embeddings by pos; logits), rows of error and embedding
-   nodes zero (nothing in the graph writes them), as an `AttributionGraph`.
+   nodes zero (nothing in the graph writes them), as an `AttributionGraph`. Dense, or (`sparse`, or where
+   the dense matrix would not fit) a `torch.sparse_csr_tensor`: each batch of rows keeps only its
+   non-zeros as it is computed (sparse.py), so the dense matrix never exists.
 
 Example (tiny-gpt2 and its shipped transcoders):
     >>> from interp_gpt import GPT
@@ -46,6 +48,7 @@ from ..sae.transcoder import Transcoder
 from ._inputs import prepare
 from .graph import AttributionGraph
 from .replacement import ForwardPass, Readers, run_forward
+from .sparse import RowPieces, cone_nonzeros, csr_bytes
 from .targets import logit_targets
 
 __all__ = ["attribute"]
@@ -65,6 +68,7 @@ def attribute(
     max_feature_nodes: int | None = None,
     batch_size: int | None = None,
     update_interval: int = 4,
+    sparse: bool | None = None,
     verbose: bool = False,
 ) -> AttributionGraph:
     """The attribution graph of `prompt`'s next token (see the module's docs for the phases).
@@ -83,6 +87,11 @@ def attribute(
         batch_size: targets per backward pass (and copies of the prompt in the one forward pass); None:
             16 on the CPU (as fast as larger batches there, in less memory: bench/attribution.py), 128 on a GPU.
         update_interval: batches between re-rankings of the features by influence.
+        sparse: the adjacency as a `torch.sparse_csr_tensor` (float32 values, int32 indices) holding only the
+            non-zeros (about a quarter of the entries with every feature a node: each target's causal cone),
+            or dense. None: dense where the dense matrices fit the memory available, else sparse. Only a
+            graph with every active feature a node is built sparse: sparse=True with max_feature_nodes below
+            the number of active features is refused (that graph is small: its rows are the kept nodes').
         verbose: a progress bar over the feature targets.
     """
     model, tokens, readers = prepare(model, prompt, transcoders, _CALLER)
@@ -97,6 +106,8 @@ def attribute(
         batch_size = 16 if tokens.device.type == "cpu" else 128
     check_int_in_range(batch_size, "batch_size", 1, None, caller=_CALLER)
     check_int_in_range(update_interval, "update_interval", 1, None, caller=_CALLER)
+    if sparse is not None and not isinstance(sparse, bool):
+        raise TypeError(f"{_CALLER}: sparse={sparse!r}: expected True, False or None")
 
     # Phases 0 and 1: the local replacement model and its forward pass
     fwd = run_forward(model, tokens, readers, batch_size, _ZERO_POSITIONS)
@@ -114,18 +125,26 @@ def attribute(
     total = logit_offset + n_logits
     n_keep = n_active if max_feature_nodes is None else min(max_feature_nodes, n_active)
     # Every feature a node: each row is written straight into the adjacency at its node's place (one dense
-    # [nodes, nodes] matrix in memory). A subset: rows kept as visited, then assembled (rows x all sources).
+    # [nodes, nodes] matrix in memory), or its non-zeros kept (sparse). A subset: rows kept as visited, then
+    # assembled (rows x all sources).
     direct = n_keep == n_active
-    _check_room(n_active, (n_layers + 1) * n_pos, n_logits, n_keep)
-    edges = torch.zeros((total if direct else n_keep + n_logits), total)
+    as_sparse = _check_room(active, n_layers, n_pos, n_logits, n_keep, sparse)
+    pieces = RowPieces(total) if as_sparse else None
+    edges = torch.zeros(0 if as_sparse else (total if direct else n_keep + n_logits), total)
     row_node = torch.zeros(n_keep + n_logits, dtype=torch.long)  # the node each row of `edges` belongs to
+
+    def write(at: int, rows: Tensor) -> None:
+        if pieces is not None:
+            pieces.add(at, rows)
+        else:
+            edges[at : at + rows.shape[0], :logit_offset] = rows
 
     # Phase 3: logit attribution
     for i in range(0, n_logits, batch_size):
         vec = vecs[i : i + batch_size]
         layers = torch.full((vec.shape[0],), n_layers)
         at = logit_offset + i if direct else i
-        edges[at : at + vec.shape[0], :logit_offset] = sources.rows(layers, torch.full_like(layers, n_pos - 1), vec)
+        write(at, sources.rows(layers, torch.full_like(layers, n_pos - 1), vec))
         row_node[i : i + vec.shape[0]] = torch.arange(i, i + vec.shape[0]) + logit_offset
 
     # Phase 4: feature attribution (by influence when max_feature_nodes limits them)
@@ -141,10 +160,8 @@ def attribute(
             pending = ranked[~visited[ranked]][: min(update_interval * batch_size, n_keep - int(visited.sum()))]
         for batch in pending.split(batch_size):
             rows = sources.rows(active[batch, 0], active[batch, 1], encoders[batch])
-            if direct:  # pending is 0..n_active-1 in order: the batch's nodes are a run of rows
-                edges[int(batch[0]) : int(batch[0]) + len(batch), :logit_offset] = rows
-            else:
-                edges[st : st + len(batch), :logit_offset] = rows
+            # direct: pending is 0..n_active-1 in order: the batch's nodes are a run of rows
+            write(int(batch[0]) if direct else st, rows)
             row_node[st : st + len(batch)] = batch
             visited[batch] = True
             st += len(batch)
@@ -153,7 +170,9 @@ def attribute(
 
     # Phase 5: assemble the graph
     selected = torch.where(visited)[0]
-    if direct:
+    if pieces is not None:
+        adjacency = pieces.to_csr()
+    elif direct:
         adjacency = edges
     else:
         keep = torch.cat([selected, torch.arange(n_active, total)])
@@ -290,22 +309,38 @@ def _available_bytes() -> int | None:
         return None
 
 
-def _check_room(n_active: int, n_fixed: int, n_logits: int, n_keep: int) -> None:
-    """Refuse, before any work, a graph whose dense matrices would not fit in the memory available now
-    (Linux's MemAvailable; no check where it cannot be read), naming max_feature_nodes and a value that fits."""
+def _check_room(active: Tensor, n_layers: int, n_pos: int, n_logits: int, n_keep: int, sparse: bool | None) -> bool:
+    """Whether to build the adjacency sparse; refuse, before any backward pass, a graph that would not fit in
+    the memory available now (Linux's MemAvailable; no check where it cannot be read) in the layout asked
+    for (sparse None: dense if it fits, else sparse), naming the layouts tried and max_feature_nodes."""
+    n_active, n_fixed = active.shape[0], (n_layers + 1) * n_pos
+    every = n_keep == n_active
+    if sparse and not every:
+        raise ValueError(
+            f"{_CALLER}: sparse=True with max_feature_nodes={n_keep} of {n_active} active features: only a graph "
+            "with every active feature a node is built sparse; pass sparse=None or False, or max_feature_nodes=None"
+        )
     free = _available_bytes()
+    dense = _dense_bytes(n_active, n_fixed, n_logits, n_keep)
+    total = n_active + n_fixed + n_logits
+    small = csr_bytes(cone_nonzeros(active, n_layers, n_pos, n_logits), total) if every else None
     if free is None:
-        return
-    need = _dense_bytes(n_active, n_fixed, n_logits, n_keep)
-    if need <= free:
-        return
-    lo, hi = 0, n_keep  # the most feature nodes that fit
+        return bool(sparse)
+    if sparse is False or (sparse is None and (dense <= free or small is None)):
+        if dense <= free:
+            return False
+        tried = f"{dense / 2**30:.1f} GiB of dense matrices"
+    elif small is not None and small <= free:
+        return True
+    else:
+        tried = f"{(small or 0) / 2**30:.1f} GiB sparse (at most; {dense / 2**30:.1f} GiB dense)"
+    lo, hi = 0, n_keep  # the most feature nodes that fit (dense: a subset of the features is built dense)
     while lo < hi:
         mid = (lo + hi + 1) // 2
         lo, hi = (mid, hi) if _dense_bytes(n_active, n_fixed, n_logits, mid) <= free else (lo, mid - 1)
     raise ValueError(
-        f"{_CALLER}: a graph of {n_keep} of {n_active} active features as nodes needs {need / 2**30:.1f} GiB of dense "
-        f"matrices and {free / 2**30:.1f} GiB are available: pass max_feature_nodes={lo} or fewer, or a shorter prompt"
+        f"{_CALLER}: a graph of {n_keep} of {n_active} active features as nodes needs {tried} and "
+        f"{free / 2**30:.1f} GiB are available: pass max_feature_nodes={lo} or fewer, or a shorter prompt"
     )
 
 

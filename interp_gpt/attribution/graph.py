@@ -48,7 +48,9 @@ class AttributionGraph:
         active_features: `[n_active, 3]` (layer, pos, feature) of every non-zero feature.
         activation_values: `[n_active]` their activations.
         selected_features: `[n_selected]` indices into active_features of the feature nodes in the graph.
-        adjacency_matrix: `[n_nodes, n_nodes]` direct effects, `[target, source]`.
+        adjacency_matrix: `[n_nodes, n_nodes]` direct effects, `[target, source]`: dense, or a
+            `torch.sparse_csr_tensor` holding the non-zeros (`attribute(..., sparse=...)`); pruning, the
+            graph JSON and the page take either.
         cfg: the model's config (`interp_gpt.Config`).
         scan: an identifier of the transcoders used (circuit-tracer's field), or None.
         vocab_size: the model's vocabulary size.

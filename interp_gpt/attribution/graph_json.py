@@ -42,6 +42,7 @@ from ..checks import check_float, check_type
 from ..files import write_atomic
 from .graph import AttributionGraph
 from .prune import check_graph, prune_graph
+from .sparse import as_csr, is_sparse, row_ids
 
 __all__ = ["to_json"]
 
@@ -151,10 +152,13 @@ def graph_json(
 
     nodes = graph_nodes(graph, node_mask, cumulative_scores)
     adjacency = graph.adjacency_matrix.detach().cpu()
-    if adjacency.is_sparse:
-        adjacency = adjacency.to_dense()
-    dsts, srcs = edge_mask.nonzero(as_tuple=True)
-    weights = adjacency[dsts, srcs].tolist()
+    if is_sparse(adjacency):  # the mask has the CSR adjacency's indices: its kept entries, in row-major order
+        adjacency, keep = as_csr(adjacency), edge_mask.values()
+        dsts, srcs = row_ids(adjacency)[keep], adjacency.col_indices()[keep]
+        weights = adjacency.values()[keep].tolist()
+    else:
+        dsts, srcs = edge_mask.nonzero(as_tuple=True)
+        weights = adjacency[dsts, srcs].tolist()
     links = [
         {"source": nodes[s]["node_id"], "target": nodes[d]["node_id"], "weight": w}
         for d, s, w in zip(dsts.tolist(), srcs.tolist(), weights, strict=True)

@@ -19,7 +19,14 @@ that is not an error node).
 Differences from circuit-tracer (deliberate): thresholds must lie in (0, 1] (it takes 0 too, keeping
 only the top node); a graph with a cycle, non-finite weights, no logit node or no influence at all is
 refused by name (it loops to a RuntimeError, or returns NaN thresholds); an adjacency in float64 is
-pruned in float64 (it fails on one that is not float32); a sparse adjacency is made dense first.
+pruned in float64 (it fails on one that is not float32).
+
+A sparse adjacency (any torch sparse layout; `attribute(..., sparse=True)` makes CSR) is pruned as CSR,
+never made dense: the power series by sparse matrix-vector products, the edge scores and their
+threshold on the stored entries only. The results equal the dense graph's to float32 rounding, except
+that its `edge_mask` is a CSR bool tensor with the (CSR) adjacency's own indices (`edge_mask.values()`
+marks the stored entries kept), and at an edge threshold where the dense rule keeps zero-weight entries
+(1.0, with rounding) only stored entries are kept.
 """
 
 from __future__ import annotations
@@ -31,6 +38,7 @@ from torch import Tensor
 
 from ..checks import check_float, check_type
 from .graph import AttributionGraph
+from .sparse import as_csr, csr, is_sparse, row_ids
 
 __all__ = ["PruneResult", "compute_graph_scores", "prune_graph"]
 
@@ -39,7 +47,7 @@ class PruneResult(NamedTuple):
     """What `prune_graph` returns (circuit-tracer's `PruneResult`: same names, same meaning)."""
 
     node_mask: Tensor  # [n_nodes] bool: the nodes kept
-    edge_mask: Tensor  # [n_nodes, n_nodes] bool, [target, source]: the edges kept
+    edge_mask: Tensor  # [n_nodes, n_nodes] bool, [target, source]: the edges kept (CSR for a sparse graph)
     cumulative_scores: Tensor  # [n_nodes] each node's cumulative share of the influence, by rank
 
 
@@ -93,14 +101,20 @@ def check_graph(graph: object, caller: str) -> AttributionGraph:
 
 
 def dense_adjacency(graph: AttributionGraph, caller: str) -> tuple[Tensor, Tensor]:
-    """The adjacency (dense, float32 or wider) and the logit weights over all nodes, both checked finite."""
+    """The adjacency (float32 or wider; dense, or CSR where the graph's is sparse) and the logit weights over
+    all nodes, both checked finite."""
     adj = graph.adjacency_matrix.detach()
-    if adj.is_sparse:
-        adj = adj.to_dense()
-    adj = adj.to(torch.promote_types(adj.dtype, torch.float32))
-    if not bool(torch.isfinite(adj).all()):
+    if is_sparse(adj):
+        adj = as_csr(adj)
+        dtype = torch.promote_types(adj.dtype, torch.float32)
+        adj = csr(adj.crow_indices(), adj.col_indices(), adj.values().to(dtype), adj.shape[0])
+        finite = bool(torch.isfinite(adj.values()).all())
+    else:
+        adj = adj.to(torch.promote_types(adj.dtype, torch.float32))
+        finite = bool(torch.isfinite(adj).all())
+    if not finite:
         raise ValueError(f"{caller}: graph.adjacency_matrix holds NaN or infinite weights")
-    probs = graph.logit_probabilities.detach().to(adj)
+    probs = graph.logit_probabilities.detach().to(device=adj.device, dtype=adj.dtype)
     if not bool(torch.isfinite(probs).all()):
         raise ValueError(f"{caller}: graph.logit_probabilities holds NaN or infinite values: {probs.tolist()}")
     logit_weights = torch.zeros(adj.shape[0], dtype=adj.dtype, device=adj.device)
@@ -108,21 +122,37 @@ def dense_adjacency(graph: AttributionGraph, caller: str) -> tuple[Tensor, Tenso
     return adj, logit_weights
 
 
+def _with_values(matrix: Tensor, values: Tensor) -> Tensor:
+    """A CSR matrix with `matrix`'s indices and these values."""
+    return csr(matrix.crow_indices(), matrix.col_indices(), values, matrix.shape[0])
+
+
 def row_normalized(matrix: Tensor) -> Tensor:
-    """|matrix| with each row divided by its sum (a zero row stays zero)."""
+    """|matrix| with each row divided by its sum (a zero row stays zero); dense or CSR, as given."""
+    if is_sparse(matrix):
+        absolute = _with_values(matrix, matrix.values().abs())
+        sums = (absolute @ torch.ones(matrix.shape[1], dtype=matrix.dtype, device=matrix.device)).clamp(min=1e-10)
+        return _with_values(matrix, absolute.values() / torch.repeat_interleave(sums, matrix.crow_indices().diff()))
     normalized = matrix.abs()
     return normalized / normalized.sum(dim=1, keepdim=True).clamp(min=1e-10)
 
 
 def node_influences(a: Tensor, logit_weights: Tensor, caller: str) -> Tensor:
     """`w A + w A^2 + ...` for the logit weights `w`: each node's total (normalised) effect on the logits.
-    The series ends within n_nodes terms when the graph has no cycle; one that does not end is refused."""
-    current = logit_weights @ a
+    The series ends within n_nodes terms when the graph has no cycle; one that does not end is refused.
+    A CSR `a` is transposed once (a CSR copy of A^T: `v @ A` as `A^T @ v`, a sparse matrix-vector product;
+    torch's own `v @ A` on CSR transposes A at every product, 100x slower)."""
+    transposed = as_csr(a.t()) if is_sparse(a) else None
+
+    def times(vector: Tensor) -> Tensor:
+        return transposed @ vector if transposed is not None else vector @ a
+
+    current = times(logit_weights)
     influence = current.clone()
     for _ in range(a.shape[0] + 1):
         if not bool(current.any()):
             return influence
-        current = current @ a
+        current = times(current)
         influence += current
     raise ValueError(
         f"{caller}: graph.adjacency_matrix has a cycle (the influence series does not end after "
@@ -155,7 +185,8 @@ def prune_graph(graph: AttributionGraph, node_threshold: float = 0.8, edge_thres
 
     Example:
         >>> node_mask, edge_mask, cumulative_scores = prune_graph(graph, node_threshold=0.8)
-        >>> kept = graph.adjacency_matrix * edge_mask
+        >>> kept = graph.adjacency_matrix * edge_mask  # dense; a sparse graph's (CSR) mask:
+        >>> kept_weights = graph.adjacency_matrix.values()[edge_mask.values()]  # in its row-major order
     """
     caller = "prune_graph"
     check_graph(graph, caller)
@@ -174,25 +205,10 @@ def prune_graph(graph: AttributionGraph, node_threshold: float = 0.8, edge_thres
     node_mask = node_influence >= _threshold(node_influence, node_threshold)
     node_mask[-kept_always:] = True
 
-    pruned = adj.clone()
-    pruned[~node_mask] = 0
-    pruned[:, ~node_mask] = 0
-    normalized_pruned = row_normalized(pruned)
-    target_influence = node_influences(normalized_pruned, logit_weights, caller) + logit_weights
-    edge_scores = normalized_pruned * target_influence[:, None]
-    edge_mask = edge_scores >= _threshold(edge_scores.flatten(), edge_threshold)
-
-    # Drop feature and error nodes with no kept outgoing edge and feature nodes with no kept incoming edge,
-    # with their edges, until nothing changes (each round can strand others; at most n_layers + 1 rounds).
-    while True:
-        before = node_mask.clone()
-        node_mask[:-kept_always] &= edge_mask[:, :-kept_always].any(0)
-        node_mask[:n_features] &= edge_mask[:n_features].any(1)
-        if torch.equal(node_mask, before):
-            break
-        edge_mask[~node_mask] = False
-        edge_mask[:, ~node_mask] = False
-
+    if is_sparse(adj):
+        edge_mask = _sparse_edge_mask(adj, node_mask, logit_weights, edge_threshold, n_features, kept_always, caller)
+    else:
+        edge_mask = _dense_edge_mask(adj, node_mask, logit_weights, edge_threshold, n_features, kept_always, caller)
     ordered, order = torch.sort(node_influence, descending=True)
     cumulative_scores = torch.zeros_like(node_influence)
     cumulative_scores[order] = torch.cumsum(ordered, dim=0) / torch.sum(ordered)
@@ -228,7 +244,62 @@ def compute_graph_scores(graph: AttributionGraph) -> tuple[float, float]:
         )
     replacement_score = token_influence / (token_influence + error_influence)
 
-    non_error_fractions = 1 - normalized[:, error_start:error_end].sum(dim=-1)
+    if is_sparse(normalized):
+        is_error = torch.zeros(normalized.shape[1], dtype=normalized.dtype, device=normalized.device)
+        is_error[error_start:error_end] = 1
+        non_error_fractions = 1 - normalized @ is_error
+    else:
+        non_error_fractions = 1 - normalized[:, error_start:error_end].sum(dim=-1)
     output_influence = node_influence + logit_weights
     completeness_score = (non_error_fractions * output_influence).sum() / output_influence.sum()
     return float(replacement_score.item()), float(completeness_score.item())
+
+
+def _dense_edge_mask(
+    adj: Tensor, node_mask: Tensor, logit_weights: Tensor, edge_threshold: float, n_features: int, kept_always: int,
+    caller: str,
+) -> Tensor:  # fmt: skip
+    """prune_graph's phases 4 and 5 on a dense adjacency (`node_mask` is updated in place)."""
+    pruned = adj.clone()
+    pruned[~node_mask] = 0
+    pruned[:, ~node_mask] = 0
+    normalized_pruned = row_normalized(pruned)
+    target_influence = node_influences(normalized_pruned, logit_weights, caller) + logit_weights
+    edge_scores = normalized_pruned * target_influence[:, None]
+    edge_mask = edge_scores >= _threshold(edge_scores.flatten(), edge_threshold)
+
+    # Drop feature and error nodes with no kept outgoing edge and feature nodes with no kept incoming edge,
+    # with their edges, until nothing changes (each round can strand others; at most n_layers + 1 rounds).
+    while True:
+        before = node_mask.clone()
+        node_mask[:-kept_always] &= edge_mask[:, :-kept_always].any(0)
+        node_mask[:n_features] &= edge_mask[:n_features].any(1)
+        if torch.equal(node_mask, before):
+            return edge_mask
+        edge_mask[~node_mask] = False
+        edge_mask[:, ~node_mask] = False
+
+
+def _sparse_edge_mask(
+    adj: Tensor, node_mask: Tensor, logit_weights: Tensor, edge_threshold: float, n_features: int, kept_always: int,
+    caller: str,
+) -> Tensor:  # fmt: skip
+    """The same on a CSR adjacency, on its stored entries: a CSR bool mask with the adjacency's indices."""
+    rows, cols = row_ids(adj), adj.col_indices()
+    pruned = _with_values(adj, adj.values() * (node_mask[rows] & node_mask[cols]))
+    normalized_pruned = row_normalized(pruned)
+    target_influence = node_influences(normalized_pruned, logit_weights, caller) + logit_weights
+    edge_scores = normalized_pruned.values() * target_influence[rows]
+    keep = edge_scores >= _threshold(edge_scores, edge_threshold)
+    n = adj.shape[0]
+    while True:  # the dense clean-up, with "any kept edge in this column / row" as a scatter of the kept ones
+        before = node_mask.clone()
+        has_out = torch.zeros(n, dtype=torch.bool, device=adj.device)
+        has_out[cols[keep]] = True
+        has_in = torch.zeros(n, dtype=torch.bool, device=adj.device)
+        has_in[rows[keep]] = True
+        node_mask[:-kept_always] &= has_out[:-kept_always]
+        node_mask[:n_features] &= has_in[:n_features]
+        if torch.equal(node_mask, before):
+            return _with_values(adj, keep)
+        keep &= node_mask[rows] & node_mask[cols]

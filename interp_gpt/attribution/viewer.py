@@ -54,6 +54,7 @@ from ..files import write_atomic
 from .graph import AttributionGraph
 from .graph_json import graph_nodes
 from .prune import check_graph, dense_adjacency, node_influences, prune_graph, row_normalized
+from .sparse import is_sparse, row_ids
 from .viewer_features import feature_details
 
 __all__ = ["graph_page"]
@@ -101,6 +102,18 @@ def _floor(
     held[-(graph.n_pos + graph.n_logits) :] = True
     top = max_node_threshold if m == index + 1 else min(max_node_threshold, float(cumulative[m - 1]))
     return held, top
+
+
+def _held_edges(adj: Tensor, held: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """(targets, sources, weights) of every non-zero entry between held nodes, by (target, source)."""
+    if is_sparse(adj):  # CSR: row-major, each row's columns ascending
+        rows, cols, values = row_ids(adj), adj.col_indices(), adj.values()
+        keep = held[rows] & held[cols] & (values != 0)
+        return rows[keep], cols[keep], values[keep]
+    held_index = torch.where(held)[0]
+    sub = adj[held][:, held]
+    targets, sources = sub.nonzero(as_tuple=True)
+    return held_index[targets], held_index[sources], sub[targets, sources]
 
 
 def page_data(
@@ -183,12 +196,9 @@ def page_data(
             node["label"] = r["clerp"]
         nodes.append(node)
     where = {node: j for j, node in enumerate(index)}
-    sub = adj.cpu()[held][:, held]
-    targets, sources = sub.nonzero(as_tuple=True)
-    weights = sub[targets, sources].tolist()
-    held_index = torch.tensor(index)
+    targets, sources, weights = _held_edges(adj.cpu(), held.cpu())
     edges: list[float | int] = []
-    for t, s, w in zip(held_index[targets].tolist(), held_index[sources].tolist(), weights, strict=True):
+    for t, s, w in zip(targets.tolist(), sources.tolist(), weights.tolist(), strict=True):
         edges += [where[s], where[t], _f32(w)]
     return {
         "schema": 1,
@@ -205,8 +215,8 @@ def page_data(
         "edge_max": EDGE_MAX,
         "max_nodes_cut": node_top < max_node_threshold,
         "n_graph_nodes": int(adj.shape[0]),
-        "n_graph_edges": int((adj != 0).sum()),
-        "n_kept_edges": int(edge_mask.sum()),
+        "n_graph_edges": int((adj.values() != 0).sum()) if is_sparse(adj) else int((adj != 0).sum()),
+        "n_kept_edges": int(edge_mask.values().sum()) if is_sparse(edge_mask) else int(edge_mask.sum()),
         "nodes": nodes,
         "edges": edges,
     }
