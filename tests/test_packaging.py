@@ -27,17 +27,25 @@ def test_package_data_covers_every_shipped_weights_file_and_stays_under_10_mb():
 
 
 def test_the_sdist_carries_the_license_changelog_and_contributing_guide(tmp_path):
-    """setuptools builds the source distribution here (no network, under a second): LICENSE, CHANGELOG.md
-    and CONTRIBUTING.md are in it, and its metadata names the license file."""
+    """setuptools builds the source distribution from a clean copy of what it reads (a stale
+    *.egg-info in the clone would list files MANIFEST.in no longer ships): LICENSE, CHANGELOG.md and
+    CONTRIBUTING.md are in it, and its metadata names the license file."""
+    import shutil
     import subprocess
     import tarfile
 
+    src, dist = tmp_path / "src", tmp_path / "dist"
+    for name in ("pyproject.toml", "MANIFEST.in", "README.md", "LICENSE", "CHANGELOG.md", "CONTRIBUTING.md"):
+        if (REPO / name).exists():
+            (src / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(REPO / name, src / name)
+    shutil.copytree(REPO / "interp_gpt", src / "interp_gpt", ignore=shutil.ignore_patterns("__pycache__"))
     build = "import setuptools.build_meta as b, sys; print(b.build_sdist(sys.argv[1]))"
     done = subprocess.run(
-        [sys.executable, "-c", build, str(tmp_path)], cwd=REPO, capture_output=True, text=True, timeout=120
+        [sys.executable, "-c", build, str(dist)], cwd=src, capture_output=True, text=True, timeout=120
     )
     assert done.returncode == 0, done.stderr
-    sdist = tmp_path / done.stdout.strip().splitlines()[-1]
+    sdist = dist / done.stdout.strip().splitlines()[-1]
     with tarfile.open(sdist) as tar:
         names = {n.split("/", 1)[1] for n in tar.getnames() if "/" in n}
         pkg_info = tar.extractfile(f"{sdist.name.removesuffix('.tar.gz')}/PKG-INFO").read().decode()  # type: ignore[union-attr]
