@@ -139,8 +139,12 @@ def _names_a_model(text: str) -> bool:
     random GPT-2 small, a hub preset or its transformer-lens alias, or an existing path."""
     from .sources import HUB_ALIASES, HUB_PRESETS, shipped_models
 
-    names = {*shipped_models(), RANDOM_MODEL, *HUB_PRESETS, *HUB_ALIASES}
-    return text in names or text.lower() in names or (text.strip() != "" and Path(text).expanduser().exists())
+    if text in {*shipped_models(), RANDOM_MODEL, *HUB_PRESETS} or text.lower() in HUB_ALIASES:
+        return True
+    try:
+        return text.strip() != "" and Path(text).expanduser().exists()
+    except (OSError, ValueError):  # a long prompt is no file name (ENAMETOOLONG), nor one with a NUL
+        return False
 
 
 def _prompt_tokens(model: Any, name: str, prompt: str, room: int = 0) -> Any:
