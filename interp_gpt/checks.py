@@ -382,5 +382,7 @@ def check_text_files(paths: Any, arg: str) -> list[Any]:
         elif path.is_file():
             files.append(path)
         else:
-            raise FileNotFoundError(f"{arg} {str(item)!r}: no such file or folder (expected a text file or a folder of .txt files)")
+            raise FileNotFoundError(
+                f"{arg} {str(item)!r}: no such file or folder (expected a text file or a folder of .txt files)"
+            )
     return files

@@ -35,7 +35,9 @@ import textwrap
 from pathlib import Path
 from typing import Any, NoReturn
 
-from .cli_common import HelpFormatter, quiet_third_party_progress
+from .cli_common import HelpFormatter, UsageError, quiet_third_party_progress
+from .cli_common import check_at_least as _check_at_least
+from .cli_common import check_index_option as _check_index
 from .cli_common import show_token as _show_token
 from .cli_common import table as _table
 
@@ -46,10 +48,6 @@ _MODEL_HELP = (
     f"{DEFAULT_MODEL} (default, shipped, offline), {RANDOM_MODEL} (random weights, built offline), "
     "a hub id such as gpt2, a local folder or a weights file"
 )
-
-
-class UsageError(ValueError):
-    """A bad command-line argument; `main` prints it as one line and exits with status 2."""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -172,22 +170,6 @@ def _prompt_tokens(model: Any, name: str, prompt: str, room: int = 0) -> Any:
             f"the context of {name!r} ({ctx} tokens); use --max-new-tokens {ctx - n} or less"
         )
     return tokens.to(model.W_E.device)
-
-
-def _check_index(value: int, size: int, option: str, what: str) -> int:
-    """`value` as an index 0..size-1 of an option such as --layer, or a UsageError.
-
-    Example: `_check_index(2, 2, "--layer", "'tiny-gpt2' has layers")` raises
-    "--layer 2 is out of range: 'tiny-gpt2' has layers 0..1".
-    """
-    if not 0 <= value < size:
-        raise UsageError(f"{option} {value} is out of range: {what} 0..{size - 1}")
-    return value
-
-
-def _check_at_least(value: int | float | None, low: int | float, option: str) -> None:
-    if value is not None and value < low:
-        raise UsageError(f"{option} must be >= {low}, got {value}")
 
 
 # ----------------------------------------------------------------------------
@@ -379,10 +361,15 @@ def _add_generate(sub: Any) -> None:
     p.add_argument("--temperature", type=float, metavar="T", help="divide the logits by T before sampling (default: 1)")
     p.add_argument("--top-k", type=int, metavar="K", help="sample among the K most likely tokens only (default: all)")
     p.add_argument(
-        "--top-p", type=float, metavar="P", help="sample among the most likely tokens whose probabilities add up to P (default: 1, all)"
+        "--top-p",
+        type=float,
+        metavar="P",
+        help="sample among the likeliest tokens holding probability P (default: 1, all)",
     )
     p.add_argument("--greedy", action="store_true", help="always take the most likely token (no sampling)")
-    p.add_argument("--seed", type=int, metavar="S", help="seed the sampling, so the same command gives the same text (default: unseeded)")
+    p.add_argument(
+        "--seed", type=int, metavar="S", help="seed the sampling: the same command, the same text (default: none)"
+    )
     p.set_defaults(func=_cmd_generate)
 
 

@@ -17,9 +17,33 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-__all__ = ["DATA_RULE", "HelpFormatter", "add_data_argument", "show_token", "table"]
+__all__ = [
+    "DATA_RULE", "HelpFormatter", "UsageError", "add_data_argument", "check_at_least", "check_index_option",
+    "show_token", "table",
+]  # fmt: skip
 
 DATA_RULE = "a text file or a folder of .txt files; several after one --data, or --data again"
+
+
+class UsageError(ValueError):
+    """A bad command-line argument; `interp-gpt` prints it as one line and exits with status 2."""
+
+
+def check_index_option(value: int, size: int, option: str, what: str) -> int:
+    """`value` as an index 0..size-1 of an option such as --layer, or a UsageError.
+
+    Example: `check_index_option(2, 2, "--layer", "'tiny-gpt2' has layers")` raises
+    "--layer 2 is out of range: 'tiny-gpt2' has layers 0..1".
+    """
+    if not 0 <= value < size:
+        raise UsageError(f"{option} {value} is out of range: {what} 0..{size - 1}")
+    return value
+
+
+def check_at_least(value: int | float | None, low: int | float, option: str) -> None:
+    """A UsageError unless `value` (when given) is at least `low`: "--top must be >= 1, got 0"."""
+    if value is not None and value < low:
+        raise UsageError(f"{option} must be >= {low}, got {value}")
 
 
 class HelpFormatter(argparse.RawDescriptionHelpFormatter):
@@ -46,9 +70,7 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter):
 def add_data_argument(p: argparse.ArgumentParser, what: str, option: str = "--data") -> None:
     """A required `--data PATH [PATH ...]` (repeatable) that every command reads by one rule:
     `checks.check_text_files`. `what` says what the command does with the text."""
-    p.add_argument(
-        option, action="extend", nargs="+", required=True, metavar="PATH", help=f"{what}: {DATA_RULE}"
-    )
+    p.add_argument(option, action="extend", nargs="+", required=True, metavar="PATH", help=f"{what}: {DATA_RULE}")
 
 
 def show_token(token: str, width: int = 16) -> str:
@@ -86,10 +108,14 @@ def quiet_third_party_progress() -> Any:
     def quiet() -> Any:
         saved = os.environ.get("HF_HUB_DISABLE_PROGRESS_BARS")
         os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] = "1"
-        undo = []
+        undo: list[Any] = []  # the functions that turn them back on
         try:
             try:
-                from huggingface_hub.utils import are_progress_bars_disabled, disable_progress_bars, enable_progress_bars
+                from huggingface_hub.utils import (
+                    are_progress_bars_disabled,
+                    disable_progress_bars,
+                    enable_progress_bars,
+                )
 
                 if not are_progress_bars_disabled():
                     disable_progress_bars()

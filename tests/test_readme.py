@@ -76,6 +76,8 @@ def test_what_the_readme_examples_write_in_a_clone_is_ignored_by_git():
     written |= set(re.findall(r"""harvest\(["']([\w./-]+)["']""", text))
     written = {w.rstrip("/") for w in written if not w.startswith(("/", "DIR", "PAGE", "GRAPH", "interp_gpt/"))}
     assert {"acts", "circuit.html", "graph.html"} <= written
-    done = subprocess.run(["git", "check-ignore", "--no-index", *sorted(written)], cwd=REPO, capture_output=True, text=True)
+    done = subprocess.run(
+        ["git", "check-ignore", "--no-index", *sorted(written)], cwd=REPO, capture_output=True, text=True
+    )
     ignored = set(done.stdout.split())
     assert sorted(written - ignored) == []

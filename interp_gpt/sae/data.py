@@ -113,7 +113,8 @@ def held_out_texts(paths: str | Path | Sequence[str | Path], arg: str = "paths")
         >>> texts = held_out_texts(["data/corpus", "notes.txt"], "--data")   # 2 tails, then notes.txt
     """
     texts: list[str] = []
-    for item in paths if isinstance(paths, (list, tuple)) else [paths]:
+    items: list[Any] = list(paths) if isinstance(paths, (list, tuple)) else [paths]
+    for item in items:
         files = check_text_files(item, arg)
         if Path(item).expanduser().is_dir():
             texts += split_corpus(files)[1]
