@@ -18,7 +18,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .checks import BAD_INPUT, error_line
+from .checks import BAD_INPUT, check_text_files, error_line
+from .cli_common import add_data_argument
 from .store import ActivationStore, MixingBuffer, TokenWindows, harvest, iter_shards, load_harvest
 
 __all__ = ["ActivationStore", "MixingBuffer", "TokenWindows", "harvest", "iter_shards", "load_harvest", "main"]
@@ -30,9 +31,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--model", default="tiny-gpt2", help="model name, hub id, folder or weights file (default: tiny-gpt2)"
     )
     p.add_argument("--hook", action="append", required=True, metavar="NAME", help="hook to harvest (repeatable)")
-    p.add_argument(
-        "--data", action="append", required=True, metavar="PATH", help="a .txt file or a folder (repeatable)"
-    )
+    add_data_argument(p, "the text to harvest")
     p.add_argument("--out", required=True, metavar="DIR", help="folder for the shards and manifest.json")
     p.add_argument("--n-tokens", type=int, required=True, metavar="N", help="tokens to harvest (whole windows)")
     p.add_argument("--shard-tokens", type=int, default=1 << 20, metavar="N", help="rows per shard (default: 2^20)")
@@ -66,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
         store = ActivationStore(
             model,
             args.hook[0] if len(args.hook) == 1 else args.hook,
-            [Path(d) for d in args.data],
+            check_text_files(args.data, "--data"),
             context_size=args.context_size,
             batch_size=args.batch_size,
             shuffle=not args.no_shuffle,

@@ -351,3 +351,38 @@ def error_line(e: BaseException) -> str:
     """`e`'s message on one line, as the command line prints it (a KeyError's unquoted: str() quotes it)."""
     text = str(e.args[0]) if isinstance(e, KeyError) and e.args else str(e)
     return " ".join(text.split())
+
+
+__all__ += ["check_text_files"]
+
+
+def check_text_files(paths: Any, arg: str) -> list[Any]:
+    """The text files `paths` names, in order: one path or several, each a file (taken as it is) or a
+    folder (its `.txt` files, in sorted order, subfolders included). The one rule of every command's
+    `--data` and of the library functions that read a corpus.
+
+    Example:
+        >>> check_text_files(["data/corpus"], "--data")
+        [PosixPath('data/corpus/tinyshakespeare_input.txt'), PosixPath('data/corpus/warpeace_input.txt')]
+    """
+    from pathlib import Path
+
+    many = isinstance(paths, (list, tuple))
+    items = list(paths) if many else [paths]
+    if not items or not all(isinstance(p, (str, Path)) for p in items):
+        raise TypeError(f"{arg}: expected a path or a list of paths (files or folders of .txt files), got {paths!r}")
+    files: list[Path] = []
+    for item in items:
+        path = Path(item).expanduser()
+        if path.is_dir():
+            found = sorted(p for p in path.rglob("*.txt") if p.is_file())
+            if not found:
+                raise ValueError(f"{arg} {str(item)!r}: the folder holds no .txt file")
+            files += found
+        elif path.is_file():
+            files.append(path)
+        else:
+            raise FileNotFoundError(
+                f"{arg} {str(item)!r}: no such file or folder (expected a text file or a folder of .txt files)"
+            )
+    return files

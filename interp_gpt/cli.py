@@ -7,15 +7,18 @@
     interp-gpt heads     [MODEL] [--top N]
     interp-gpt compare   [MODEL] [--prompt TEXT] [--unprocessed] [--per-layer] [--json]
     interp-gpt harvest   --hook NAME --data PATH --out DIR --n-tokens N [--model MODEL] [...]
-    interp-gpt features  MODEL SAE --feature N [--data PATH] [--html PAGE.html]
-    interp-gpt train-sae --out DIR [--model MODEL] [--hook NAME] [--k K] [--n-tokens N] [...]
-    interp-gpt train-transcoder --out DIR [--kind plt|skip|clt] [--layers 0,1] [--k K] [--n-tokens N] [...]
+    interp-gpt features  MODEL SAE --feature N --data PATH [--html PAGE.html]
+    interp-gpt train-sae --data PATH --out DIR [--model MODEL] [--hook NAME] [--k K] [--n-tokens N] [...]
+    interp-gpt train-transcoder --data PATH --out DIR [--kind plt|skip|clt] [--layers 0,1] [--k K] [...]
     interp-gpt attribute MODEL PROMPT --transcoders PATH --out PAGE.html [--json GRAPH.json] [...]
 
 MODEL is `tiny-gpt2` (the default: the small model shipped inside the package, so every
 command runs offline), a hub id (gpt2, gpt2-medium, ...), a local folder or weights file,
 or `random-gpt2-small`: a GPT-2-small-shaped checkpoint built on this machine from a fixed
-seed. With one positional argument, `generate`, `attention` and `lens` read it as PROMPT.
+seed. With one positional argument, `generate`, `attention` and `lens` read it as PROMPT,
+unless it names a model (a known name or an existing path): then PROMPT is missing, and the
+error says so. `--data` reads one way in every command: a text file or a folder of .txt files,
+several of them if you like. `interp-gpt --version` prints the version.
 
 Errors (an unknown model, an empty prompt, a layer out of range ...) are one line on
 stderr and exit status 2.
@@ -32,6 +35,12 @@ import textwrap
 from pathlib import Path
 from typing import Any, NoReturn
 
+from .cli_common import HelpFormatter, UsageError, quiet_third_party_progress
+from .cli_common import check_at_least as _check_at_least
+from .cli_common import check_index_option as _check_index
+from .cli_common import show_token as _show_token
+from .cli_common import table as _table
+
 DEFAULT_MODEL = "tiny-gpt2"
 RANDOM_MODEL = "random-gpt2-small"
 DEFAULT_PROMPT = "When Mary and John went to the store, John gave a drink to"
@@ -39,10 +48,6 @@ _MODEL_HELP = (
     f"{DEFAULT_MODEL} (default, shipped, offline), {RANDOM_MODEL} (random weights, built offline), "
     "a hub id such as gpt2, a local folder or a weights file"
 )
-
-
-class UsageError(ValueError):
-    """A bad command-line argument; `main` prints it as one line and exits with status 2."""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -113,12 +118,31 @@ def _model_and_prompt(args: argparse.Namespace) -> None:
 
     Example: `interp-gpt lens 'Hello'` -> model tiny-gpt2, prompt 'Hello'.
     """
+    usage = f"usage: interp-gpt {args.command} [MODEL] PROMPT"
     if args.prompt is None:
         if args.model is None:
-            raise UsageError(f"{args.command}: PROMPT is missing; usage: interp-gpt {args.command} [MODEL] PROMPT")
+            raise UsageError(f"{args.command}: PROMPT is missing; {usage}")
+        if _names_a_model(args.model):
+            raise UsageError(
+                f"{args.command}: PROMPT is missing: {args.model!r} names a model; {usage}, e.g. "
+                f"interp-gpt {args.command} {args.model} 'The cat sat on the mat'"
+            )
         args.model, args.prompt = DEFAULT_MODEL, args.model
     elif args.model is None:
         args.model = DEFAULT_MODEL
+
+
+def _names_a_model(text: str) -> bool:
+    """Whether a lone positional argument reads as MODEL rather than PROMPT: a shipped model, the
+    random GPT-2 small, a hub preset or its transformer-lens alias, or an existing path."""
+    from .sources import HUB_ALIASES, HUB_PRESETS, shipped_models
+
+    if text in {*shipped_models(), RANDOM_MODEL, *HUB_PRESETS} or text.lower() in HUB_ALIASES:
+        return True
+    try:
+        return text.strip() != "" and Path(text).expanduser().exists()
+    except (OSError, ValueError):  # a long prompt is no file name (ENAMETOOLONG), nor one with a NUL
+        return False
 
 
 def _prompt_tokens(model: Any, name: str, prompt: str, room: int = 0) -> Any:
@@ -146,47 +170,6 @@ def _prompt_tokens(model: Any, name: str, prompt: str, room: int = 0) -> Any:
             f"the context of {name!r} ({ctx} tokens); use --max-new-tokens {ctx - n} or less"
         )
     return tokens.to(model.W_E.device)
-
-
-def _check_index(value: int, size: int, option: str, what: str) -> int:
-    """`value` as an index 0..size-1 of an option such as --layer, or a UsageError.
-
-    Example: `_check_index(2, 2, "--layer", "'tiny-gpt2' has layers")` raises
-    "--layer 2 is out of range: 'tiny-gpt2' has layers 0..1".
-    """
-    if not 0 <= value < size:
-        raise UsageError(f"{option} {value} is out of range: {what} 0..{size - 1}")
-    return value
-
-
-def _check_at_least(value: int | float | None, low: int | float, option: str) -> None:
-    if value is not None and value < low:
-        raise UsageError(f"{option} must be >= {low}, got {value}")
-
-
-def _show_token(token: str, width: int = 16) -> str:
-    """A token as a short, visible label: its repr (quotes show spaces, "\\n" newlines),
-    cut to `width` characters with "…".
-
-    Example: `_show_token(" the")` -> "' the'"; `_show_token("\\n")` -> "'\\\\n'".
-    """
-    shown = repr(token)
-    return shown if len(shown) <= width else shown[: width - 1] + "…"
-
-
-def _table(header: list[str], rows: list[list[str]], right: frozenset[int] = frozenset()) -> str:
-    """Plain-text columns: a header, a rule, then the rows; columns in `right` right-aligned.
-
-    Example: `_table(["a", "b"], [["x", "1.0"]], right=frozenset({1}))` -> "a    b\\n-  ---\\nx  1.0".
-    """
-    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
-
-    def line(cells: list[str]) -> str:
-        return "  ".join(
-            c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths, strict=True))
-        ).rstrip()
-
-    return "\n".join([line(header), line(["-" * w for w in widths]), *map(line, rows)])
 
 
 # ----------------------------------------------------------------------------
@@ -321,11 +304,12 @@ def _cmd_compare(args: argparse.Namespace) -> int:
         f"{'processed' if processed else 'unprocessed'} weights); input: {shown}\n"
     )
     reports = []
-    if "tl" in against:
-        reports.append(compare(ours, to_transformer_lens(source, processed), tokens))
-    if "hf" in against:
-        hf_ours = ours if not processed else from_pretrained_no_processing(source, tokenizer=None)
-        reports.append(compare(hf_ours, to_transformers(source), tokens))
+    with quiet_third_party_progress():  # transformers' "Loading weights" bars stay out of the table
+        if "tl" in against:
+            reports.append(compare(ours, to_transformer_lens(source, processed), tokens))
+        if "hf" in against:
+            hf_ours = ours if not processed else from_pretrained_no_processing(source, tokenizer=None)
+            reports.append(compare(hf_ours, to_transformers(source), tokens))
     for r in reports:
         print(json.dumps(r.to_dict(), indent=1) if args.json else r.table(per_layer=args.per_layer))
         print()
@@ -346,7 +330,7 @@ def _subcommand(sub: Any, name: str, help: str, description: str, examples: list
         description=textwrap.fill(description, 88),
         usage=f"interp-gpt {name} [MODEL] PROMPT [options]" if prompt else None,
         epilog="examples:\n" + "\n".join(f"  interp-gpt {name} {e}".rstrip() for e in examples),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=HelpFormatter,
     )
     if prompt:
         _add_model_prompt(p)
@@ -375,12 +359,17 @@ def _add_generate(sub: Any) -> None:
     )
     p.add_argument("--max-new-tokens", type=int, default=40, metavar="N", help="tokens to add (default: 40)")
     p.add_argument("--temperature", type=float, metavar="T", help="divide the logits by T before sampling (default: 1)")
-    p.add_argument("--top-k", type=int, metavar="K", help="sample among the K most likely tokens only")
+    p.add_argument("--top-k", type=int, metavar="K", help="sample among the K most likely tokens only (default: all)")
     p.add_argument(
-        "--top-p", type=float, metavar="P", help="sample among the most likely tokens whose probabilities add up to P"
+        "--top-p",
+        type=float,
+        metavar="P",
+        help="sample among the likeliest tokens holding probability P (default: 1, all)",
     )
     p.add_argument("--greedy", action="store_true", help="always take the most likely token (no sampling)")
-    p.add_argument("--seed", type=int, metavar="S", help="seed the sampling, so the same command gives the same text")
+    p.add_argument(
+        "--seed", type=int, metavar="S", help="seed the sampling: the same command, the same text (default: none)"
+    )
     p.set_defaults(func=_cmd_generate)
 
 
@@ -447,7 +436,7 @@ def _add_compare(sub: Any) -> None:
     p.add_argument("--prompt", default=DEFAULT_PROMPT, help="text to run (default: an IOI-style sentence)")
     p.add_argument("--unprocessed", action="store_true", help="compare weights as stored (no fold_ln / centring)")
     p.add_argument("--per-layer", action="store_true", help="one row per hook instead of per hook family")
-    p.add_argument("--against", default="tl,hf", help="references: tl, hf or tl,hf (default)")
+    p.add_argument("--against", default="tl,hf", help="references: tl, hf or both (default: tl,hf)")
     p.add_argument("--json", action="store_true", help="print the reports as JSON")
     p.set_defaults(func=_cmd_compare)
 
@@ -475,9 +464,13 @@ def _add_features(sub: Any) -> None:
         sub,
         "features",
         "show one SAE feature: its top-activating contexts, activation histogram and the tokens it promotes",
-        "Run the model over text (default: the validation tail of data/corpus), encode the activations at the "
-        "SAE's hook and print what one feature does. SAE is a folder in SAELens' format or tiny-gpt2-sae.",
-        ["tiny-gpt2 tiny-gpt2-sae --feature 3", "tiny-gpt2 tiny-gpt2-sae --feature 3 --html feature3.html"],
+        "Run the model over the text of --data (a folder: the validation tail of each file; the package ships no "
+        "corpus, a clone has data/corpus), encode the activations at the SAE's hook and print what one feature "
+        "does. SAE is a folder in SAELens' format or tiny-gpt2-sae.",
+        [
+            "tiny-gpt2 tiny-gpt2-sae --feature 3 --data data/corpus",
+            "tiny-gpt2 tiny-gpt2-sae --feature 3 --data my_text.txt --html feature3.html",
+        ],
     )
     add_arguments(p)
     p.set_defaults(func=run)
@@ -493,7 +486,7 @@ def _add_train_sae(sub: Any) -> None:
         "Split --data into training and validation text, train an SAE (TopK or standard) on the activations "
         "at --hook, and save it in SAELens' format with metrics.json (validation L0, explained variance, CE loss "
         "recovered). Same as python -m interp_gpt.sae.training.",
-        ["--out saes/resid1 --k 32 --n-tokens 1310720"],
+        ["--data data/corpus --out saes/resid1 --k 32 --n-tokens 1310720"],
     )
     add_arguments(p)
     p.set_defaults(func=run_command)
@@ -510,7 +503,10 @@ def _add_train_transcoder(sub: Any) -> None:
         "(hook_mlp_out) in one pass, train the set, and save it (SAELens' or circuit-tracer's files) with "
         "metrics.json (per-layer explained variance, L0, dead fraction, CE loss recovered with every MLP replaced). "
         "Same as python -m interp_gpt.sae.train_transcoder_command.",
-        ["--kind skip --out transcoders/tiny-gpt2 --k 32", "--kind clt --out transcoders/tiny-gpt2-clt --k 16"],
+        [
+            "--kind skip --data data/corpus --out transcoders/tiny-gpt2 --k 32",
+            "--kind clt --data data/corpus --out transcoders/tiny-gpt2-clt --k 16",
+        ],
     )
     add_arguments(p)
     p.set_defaults(func=run_command)
@@ -531,8 +527,11 @@ def build_parser() -> argparse.ArgumentParser:
         description="A readable, hookable GPT-2 for interpretability.",
         epilog=f"MODEL defaults to {DEFAULT_MODEL}, the small model shipped with the package.\n\n"
         "examples:\n  interp-gpt generate 'Once upon a time'\n  interp-gpt heads\n  interp-gpt SUBCOMMAND --help",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=HelpFormatter,
     )
+    from . import __version__
+
+    parser.add_argument("--version", action="version", version=f"interp-gpt {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="SUBCOMMAND")
     for add in (
         _add_generate,

@@ -79,16 +79,19 @@ class ComparisonReport:
         return out
 
     def table(self, per_layer: bool = True) -> str:
+        def family(f: str) -> list[HookDiff]:
+            return [r for r in self.rows if re.sub(r"^blocks\.\d+\.", "blocks.*.", r.name) == f]
+
         rows = (
             self.rows
             if per_layer
-            else [
+            else [  # a family's hooks have one shape in every layer: the first one's is shown
                 HookDiff(
                     f,
-                    (),
+                    family(f)[0].shape,
                     v,
-                    max(r.max_rel for r in self.rows if re.sub(r"^blocks\.\d+\.", "blocks.*.", r.name) == f),
-                    all(r.ok for r in self.rows if re.sub(r"^blocks\.\d+\.", "blocks.*.", r.name) == f),
+                    max(r.max_rel for r in family(f)),
+                    all(r.ok for r in family(f)),
                 )
                 for f, v in self.families().items()
             ]

@@ -8,6 +8,7 @@ import json
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -316,3 +317,131 @@ def test_random_gpt2_small_builds_a_gpt2_small_checkpoint(tmp_path):
     assert model.unembed.b_U.abs().max() == 0  # GPT-2 has no unembedding bias
     assert (model.blocks[0].ln1.w - 1).abs().max() > 0.05  # noise, so fold_ln has work to do
     assert cli.random_gpt2_small(folder=folder) == folder  # built once, then reused
+
+
+# ----------------------------------------------------------------------------
+# a CLI without surprises (issue 28)
+# ----------------------------------------------------------------------------
+ALL_SUBCOMMANDS = [
+    "generate", "attention", "lens", "heads", "compare", "harvest", "features", "train-sae", "train-transcoder",
+    "attribute",
+]  # fmt: skip
+
+
+def test_version_prints_the_package_version(capsys):
+    import interp_gpt
+
+    rc, out, _ = run(capsys, "--version")
+    pyproject = (Path(__file__).resolve().parents[1] / "pyproject.toml").read_text()
+    assert rc == 0 and out == f"interp-gpt {interp_gpt.__version__}\n"
+    assert f'version = "{interp_gpt.__version__}"' in pyproject
+
+
+def _option_helps(help_text: str) -> dict[str, str]:
+    """`--option` -> its help, joined onto one line, from a subcommand's --help output."""
+    block = help_text.split("\noptions:\n", 1)[1].split("\nexamples:", 1)[0]
+    entries = re.split(r"\n  (?=-)", "\n" + block)
+    return {e.split()[0].rstrip(","): " ".join(e.split()) for e in entries if e.strip()}
+
+
+@pytest.mark.parametrize("command", ALL_SUBCOMMANDS)
+def test_every_option_of_every_subcommand_shows_its_default_in_help(capsys, command):
+    rc, out, _ = run(capsys, command, "--help")
+    assert rc == 0
+    helps = _option_helps(out)
+    assert len(helps) >= 2, out
+    missing = [h for o, h in helps.items() if o != "-h" and "default" not in h and "(required)" not in h]
+    assert missing == []
+
+
+def test_help_shows_the_actual_default_values(capsys):
+    """argparse's value, not a paraphrase: train-sae's --lr and --k, a flag as off."""
+    rc, out, _ = run(capsys, "train-sae", "--help")
+    helps = _option_helps(out)
+    assert "(default: 0.0004)" in helps["--lr"] and "(default: 32)" in helps["--k"]
+    assert "(default: off)" in helps["--no-progress"] and "(required)" in helps["--data"]
+
+
+@pytest.mark.parametrize("command", ["lens", "generate", "attention"])
+@pytest.mark.parametrize("name", ["tiny-gpt2", "gpt2", "GPT2-small", "random-gpt2-small"])
+def test_a_model_name_alone_is_not_taken_as_the_prompt(capsys, monkeypatch, command, name):
+    monkeypatch.setattr(cli, "_load", lambda name: pytest.fail(f"loaded {name}: the name was read as a prompt"))
+    rc, out, err = run(capsys, command, name)
+    assert rc == 2 and out == ""
+    assert err.count("\n") == 1
+    assert f"{command}: PROMPT is missing: {name!r} names a model" in err
+    assert f"interp-gpt {command} [MODEL] PROMPT" in err
+
+
+def test_an_existing_path_alone_is_not_taken_as_the_prompt(capsys, tmp_path):
+    rc, _, err = run(capsys, "lens", str(tmp_path))
+    assert rc == 2 and f"PROMPT is missing: {str(tmp_path)!r} names a model" in err
+
+
+def test_a_lone_prompt_that_names_no_model_is_still_the_prompt(capsys):
+    rc, out, _ = run(capsys, "lens", "gpt2 is a model")
+    assert rc == 0 and "logit lens of tiny-gpt2" in out
+
+
+@pytest.mark.parametrize("command", ["harvest", "features", "train-sae", "train-transcoder"])
+def test_data_takes_files_and_folders_several_times_in_every_command(command):
+    argv = {
+        "harvest": ["--hook", "h", "--out", "o", "--n-tokens", "1"],
+        "features": ["tiny-gpt2", "tiny-gpt2-sae", "--feature", "1"],
+        "train-sae": ["--out", "o"],
+        "train-transcoder": ["--out", "o"],
+    }[command]
+    args = cli.build_parser().parse_args([command, *argv, "--data", "a.txt", "corpus/", "--data", "b.txt"])
+    assert args.data == ["a.txt", "corpus/", "b.txt"]
+
+
+@pytest.mark.parametrize("command", ["harvest", "features", "train-sae", "train-transcoder"])
+def test_a_missing_data_path_is_named_the_same_way_by_every_command(capsys, tmp_path, command):
+    missing = str(tmp_path / "nope.txt")
+    argv = {
+        "harvest": ["--hook", "blocks.0.hook_resid_pre", "--out", str(tmp_path / "o"), "--n-tokens", "128"],
+        "features": ["tiny-gpt2", "tiny-gpt2-sae", "--feature", "1"],
+        "train-sae": ["--out", str(tmp_path / "o")],
+        "train-transcoder": ["--out", str(tmp_path / "o")],
+    }[command]
+    rc, _, err = run(capsys, command, *argv, "--data", missing)
+    assert rc == 2 and err.count("\n") == 1, err
+    assert f"--data {missing!r}: no such file or folder" in err and "data_dir" not in err
+
+
+def test_train_sae_takes_a_single_file_as_harvest_and_features_do(capsys, tmp_path):
+    corpus = Path(__file__).resolve().parents[1] / "data" / "corpus" / "tinyshakespeare_input.txt"
+    text = tmp_path / "shakespeare.txt"
+    text.write_text(corpus.read_text(encoding="utf-8")[:60_000], encoding="utf-8")
+    out = tmp_path / "sae"
+    rc, _, err = run(capsys, "train-sae", "--data", str(text), "--d-sae", "64", "--k", "4", "--batch-size", "512",
+                     "--n-tokens", "2048", "--val-windows", "4", "--no-progress", "--out", str(out))  # fmt: skip
+    assert rc == 0, err
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["steps"] == 4 and str(text) in metrics["validation_text"]
+    assert json.loads((out / "cfg.json").read_text())["metadata"]["dataset_path"] == str(text)
+
+
+def test_features_tells_that_it_needs_data_in_its_usage_line(capsys):
+    rc, out, _ = run(capsys, "features", "--help")
+    usage = out.split("\n\n", 1)[0]
+    assert rc == 0 and "--data PATH" in usage and "[--data" not in usage
+    rc, _, err = run(capsys, "features", "tiny-gpt2", "tiny-gpt2-sae", "--feature", "1")
+    assert rc == 2 and "the following arguments are required: --data" in err
+
+
+@pytest.mark.parity
+def test_compare_fills_the_shape_column_and_prints_no_third_party_progress_bars(capsys):
+    pytest.importorskip("transformers")
+    pytest.importorskip("transformer_lens")
+    model = from_pretrained("tiny-gpt2")
+    rc, out, err = run(capsys, "compare")
+    assert rc == 0, out + err
+    rows = [line for line in out.splitlines() if line.startswith(("hook_", "blocks.*.", "ln_final.", "unembed."))]
+    assert len(rows) > 20 and all(re.match(r"\S+ +\d+(x\d+)+ +\d", r) for r in rows), rows  # hook, shape, diff
+    n_pos = model.to_tokens(cli.DEFAULT_PROMPT).shape[1]
+    embed = [r for r in rows if r.startswith("hook_embed ")]
+    pattern = [r for r in rows if r.startswith("blocks.*.attn.hook_pattern ")]
+    assert len(embed) == 2 and all(f" 1x{n_pos}x{model.cfg.d_model} " in r for r in embed)  # tl and hf
+    assert pattern and all(f" 1x{model.cfg.n_heads}x{n_pos}x{n_pos} " in r for r in pattern)
+    assert "Loading weights" not in err and "it/s" not in err and "%|" not in err

@@ -5,6 +5,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
+
 README = Path(__file__).resolve().parents[1] / "README.md"
 
 
@@ -33,3 +35,49 @@ def test_cache_and_patch_example_runs_and_means_what_it_says():
     assert namespace["by_pos"][0, half:].abs().max() < 1e-5
     assert namespace["by_pos"][0, :half].abs().max() > 1e-3
     assert -1.0 <= namespace["check"].correlation <= 1.0
+
+
+REPO = README.parent
+CI_RUN = REPO / ".ci" / "run"
+
+
+def _bash_lines() -> list[str]:
+    text = README.read_text(encoding="utf-8")
+    return [line for block in re.findall(r"```bash\n(.*?)```", text, flags=re.S) for line in block.splitlines()]
+
+
+def test_the_readme_test_command_is_the_line_ci_runs():
+    ci = CI_RUN.read_text(encoding="utf-8").splitlines()
+    ci_line = ci[next(i for i, line in enumerate(ci) if "Keep this line identical" in line) + 1]
+    assert ci_line in _bash_lines()
+
+
+def test_the_readme_second_venv_command_runs_what_ci_runs_there():
+    """The README's one command for the tests that skip under the default install is .ci/run's
+    transformer-lens 3.9 + sae-lens venv, step by step (its version assertion aside)."""
+    readme = next(line for line in _bash_lines() if line.startswith("python3 -m venv .venv-tl3"))
+    ci = [line.strip() for line in CI_RUN.read_text(encoding="utf-8").splitlines()]
+    ci_steps = [line for line in ci if ".venv-tl3" in line and not line.startswith(("#", "rm ", "echo"))]
+    ci_steps = [line for line in ci_steps if "importlib.metadata" not in line]
+    assert readme.split(" && ") == ci_steps
+
+
+def test_what_the_readme_examples_write_in_a_clone_is_ignored_by_git():
+    """Every relative path the README's commands and examples write (--out, --json, --html, save_html,
+    harvest folders) is in .gitignore, so trying them leaves `git status` clean."""
+    import shutil
+    import subprocess
+
+    if shutil.which("git") is None or not (REPO / ".git").exists():
+        pytest.skip("not a git clone")
+    text = README.read_text(encoding="utf-8")
+    written = set(re.findall(r"--(?:out|json|html) ([\w./-]+)", text))
+    written |= set(re.findall(r"""["']([\w./-]+\.(?:html|json))["']""", text))  # pages and JSON from Python
+    written |= set(re.findall(r"""harvest\(["']([\w./-]+)["']""", text))
+    written = {w.rstrip("/") for w in written if not w.startswith(("/", "DIR", "PAGE", "GRAPH", "interp_gpt/"))}
+    assert {"acts", "circuit.html", "graph.html"} <= written
+    done = subprocess.run(
+        ["git", "check-ignore", "--no-index", *sorted(written)], cwd=REPO, capture_output=True, text=True
+    )
+    ignored = set(done.stdout.split())
+    assert sorted(written - ignored) == []

@@ -47,13 +47,20 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="a transcoder set (folder or config.yaml), a CLT folder, or shipped / shipped-clt (tiny-gpt2's)",
     )  # fmt: skip
     p.add_argument("--out", required=True, metavar="PAGE.html", help="the graph page to write")
-    p.add_argument("--json", metavar="GRAPH.json", help="also write circuit-tracer's graph JSON (pruned)")
+    p.add_argument(
+        "--json", metavar="GRAPH.json", help="also write circuit-tracer's graph JSON, pruned (default: none)"
+    )
     p.add_argument("--slug", help="the graph's name (default: from the prompt)")
-    p.add_argument("--max-feature-nodes", type=int, metavar="N", help="at most N feature nodes, the most influential")
+    p.add_argument(
+        "--max-feature-nodes",
+        type=int,
+        metavar="N",
+        help="at most N feature nodes, the most influential (default: no limit)",
+    )
     p.add_argument("--max-n-logits", type=int, default=10, metavar="N", help="top logits attributed (default 10)")
     p.add_argument("--desired-logit-prob", type=float, default=0.95, metavar="P", help="or until they hold P")
-    p.add_argument("--node-threshold", type=float, default=0.8, help="the page's first node threshold (0.8)")
-    p.add_argument("--edge-threshold", type=float, default=0.98, help="the page's first edge threshold (0.98)")
+    p.add_argument("--node-threshold", type=float, default=0.8, help="the page's first node threshold")
+    p.add_argument("--edge-threshold", type=float, default=0.98, help="the page's first edge threshold")
     p.add_argument(
         "--batch-size",
         type=int,
@@ -61,8 +68,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         metavar="N",
         help="targets per backward pass (default: 16 on the CPU, 128 on a GPU)",
     )
-    p.add_argument("--max-nodes", type=int, default=600, metavar="N", help="most nodes the page holds (600)")
-    p.add_argument("--contexts-from", metavar="PATH", help="a .txt file or folder: each feature's top contexts")
+    p.add_argument("--max-nodes", type=int, default=600, metavar="N", help="most nodes the page holds")
+    p.add_argument(
+        "--contexts-from", metavar="PATH", help="a .txt file or folder: each feature's top contexts (default: none)"
+    )
     p.add_argument("--max-windows", type=int, default=64, metavar="N", help="64-token windows read (default 64)")
 
 
@@ -120,10 +129,9 @@ def _contexts(model: Any, path: str | None, max_windows: int) -> Any:
     """Token windows of --contexts-from (a folder: its validation tail), or None."""
     if path is None:
         return None
-    from ..sae.data import split_corpus, token_windows
+    from ..sae.data import held_out_texts, token_windows
 
-    data = Path(path)
-    texts = split_corpus(data)[1] if data.is_dir() else [data.read_text(encoding="utf-8")]
+    texts = held_out_texts(path, "--contexts-from")
     try:
         return token_windows(model, texts, min(64, int(model.cfg.n_ctx)), max_windows)
     except ValueError as e:

@@ -15,13 +15,14 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ..checks import check_float
+from ..checks import check_float, check_text_files
 from .clt import CrossLayerTranscoder, load_clt
 from .core import SAE
 from .transcoder import Transcoder, load_transcoders
 
 __all__ = [
     "split_corpus",
+    "held_out_texts",
     "token_windows",
     "activation_batches",
     "SHIPPED_SAE_DIR",
@@ -78,8 +79,11 @@ def shipped_clt(device: str | torch.device = "cpu") -> CrossLayerTranscoder:
 # ----------------------------------------------------------------------------
 # data: the train / validation split, token windows, activation batches
 # ----------------------------------------------------------------------------
-def split_corpus(data_dir: str | Path = "data/corpus", val_frac: float = 0.1) -> tuple[list[str], list[str]]:
-    """(train texts, validation texts): each .txt file of `data_dir` (sorted by name) read as the shipped
+def split_corpus(
+    data_dir: str | Path | Sequence[str | Path] = "data/corpus", val_frac: float = 0.1
+) -> tuple[list[str], list[str]]:
+    """(train texts, validation texts): each text file `data_dir` names (a file, a folder of .txt files
+    read in sorted order, or a list of either: `check_text_files`' rule) read as the shipped
     model's training script reads it (byte-order mark dropped, CRLF -> LF) and cut at the first newline
     at or after `1 - val_frac` of its characters; the tail is validation. With the default 0.1 this is
     about the tail the shipped model held out for its own validation (the last 10% of each corpus's tokens).
@@ -90,10 +94,7 @@ def split_corpus(data_dir: str | Path = "data/corpus", val_frac: float = 0.1) ->
         (2, 2)
     """
     val_frac = check_float(val_frac, "val_frac", 0.0, 0.5)
-    folder = Path(data_dir)
-    files = sorted(folder.glob("*.txt")) if folder.is_dir() else []
-    if not files:
-        raise FileNotFoundError(f"data_dir={str(data_dir)!r}: expected a folder holding .txt files")
+    files = check_text_files(data_dir, "data_dir")
     train, val = [], []
     for f in files:
         text = f.read_text(encoding="utf-8").lstrip("\ufeff").replace("\r\n", "\n")
@@ -102,6 +103,24 @@ def split_corpus(data_dir: str | Path = "data/corpus", val_frac: float = 0.1) ->
         train.append(text[:cut])
         val.append(text[cut:])
     return train, val
+
+
+def held_out_texts(paths: str | Path | Sequence[str | Path], arg: str = "paths") -> list[str]:
+    """The text to look at features on: each folder's validation tail (its .txt files split as
+    `split_corpus` splits them, so an SAE trained on the folder's head never saw it), each file whole.
+
+    Example:
+        >>> texts = held_out_texts(["data/corpus", "notes.txt"], "--data")   # 2 tails, then notes.txt
+    """
+    texts: list[str] = []
+    items: list[Any] = list(paths) if isinstance(paths, (list, tuple)) else [paths]
+    for item in items:
+        files = check_text_files(item, arg)
+        if Path(item).expanduser().is_dir():
+            texts += split_corpus(files)[1]
+        else:
+            texts += [f.read_text(encoding="utf-8") for f in files]
+    return texts
 
 
 def token_windows(model: Any, texts: Sequence[str], context_size: int = 128, max_windows: int | None = None) -> Tensor:

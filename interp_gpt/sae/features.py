@@ -35,6 +35,7 @@ from torch import Tensor
 from tqdm.auto import tqdm  # type: ignore[import-untyped]
 
 from ..checks import check_index, check_int_in_range
+from ..cli_common import add_data_argument
 from .core import SAE
 from .splice import check_sae_fits
 
@@ -398,19 +399,16 @@ def add_arguments(p: Any) -> None:
     p.add_argument("model", metavar="MODEL", help="the model (tiny-gpt2 for the shipped SAE)")
     p.add_argument("sae", metavar="SAE", help="an SAE folder (cfg.json + sae_weights.safetensors) or tiny-gpt2-sae")
     p.add_argument("--feature", type=int, required=True, metavar="N", help="the feature to show")
-    p.add_argument(
-        "--data", default="data/corpus", metavar="PATH",
-        help="a .txt file, or a folder of them (its validation tail, as the SAE trainer splits it)",
-    )  # fmt: skip
+    add_data_argument(p, "the text to read (a folder: the validation tail of its files, as train-sae splits them)")
     p.add_argument("--max-windows", type=int, default=256, metavar="N", help="128-token windows to read (default 256)")
     p.add_argument("--contexts", type=int, default=8, metavar="N", help="top contexts to show (default 8)")
-    p.add_argument("--html", metavar="PAGE.html", help="also write the offline feature page")
+    p.add_argument("--html", metavar="PAGE.html", help="also write the offline feature page (default: none)")
 
 
 def run(args: Any) -> int:
     """`interp-gpt features MODEL SAE --feature N`: print the feature's report (and write --html)."""
     from ..loading import from_pretrained
-    from .training import split_corpus, token_windows
+    from .data import held_out_texts, token_windows
 
     model = from_pretrained(args.model)
     sae = resolve_sae(args.sae)
@@ -423,13 +421,7 @@ def run(args: Any) -> int:
     for w in caught:
         print(f"warning: {' '.join(str(w.message).split())}", file=sys.stderr)
     check_int_in_range(args.max_windows, "--max-windows", 1, None)
-    data = Path(args.data)
-    if data.is_dir():
-        texts = split_corpus(data)[1]
-    elif data.is_file():
-        texts = [data.read_text(encoding="utf-8")]
-    else:
-        raise FileNotFoundError(f"--data {str(data)!r}: no such file or folder")
+    texts = held_out_texts(args.data, "--data")
     ctx = min(128, int(model.cfg.n_ctx))
     tokens = token_windows(model, texts, ctx, args.max_windows)
     with warnings.catch_warnings():

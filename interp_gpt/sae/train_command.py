@@ -21,7 +21,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ..checks import BAD_INPUT, check_float, check_int_in_range, error_line
+from ..checks import BAD_INPUT, check_float, check_int_in_range, check_text_files, error_line
+from ..cli_common import add_data_argument
 from ..files import write_atomic
 from .config import SAEConfig, SAEMetadata
 from .core import SAE
@@ -34,26 +35,26 @@ __all__ = ["add_arguments", "run", "run_command", "main"]
 
 def add_run_arguments(p: argparse.ArgumentParser) -> None:
     """The optimisation and run options train-sae and train-transcoder share (checked by `_check_args`)."""
-    p.add_argument("--lr", type=float, default=4e-4)
-    p.add_argument("--lr-warm-up-steps", type=int, default=0)
-    p.add_argument("--lr-decay-steps", type=int, default=0)
+    p.add_argument("--lr", type=float, default=4e-4, help="Adam's learning rate")
+    p.add_argument("--lr-warm-up-steps", type=int, default=0, help="steps of linear warm-up from 0")
+    p.add_argument("--lr-decay-steps", type=int, default=0, help="final steps of linear decay to 0")
     p.add_argument("--batch-size", type=int, default=4096, help="rows (tokens) per step")
-    p.add_argument("--context-size", type=int, default=128)
+    p.add_argument("--context-size", type=int, default=128, help="tokens per window (BOS first)")
     p.add_argument("--n-tokens", type=int, default=4_000_000, help="training tokens (steps x batch size)")
     p.add_argument("--val-windows", type=int, default=0, help="validation windows for the metrics (0: all)")
-    p.add_argument("--log-every", type=int, default=100)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+    p.add_argument("--log-every", type=int, default=100, help="steps between log lines (and NaN checks)")
+    p.add_argument("--seed", type=int, default=0, help="seeds the weights and the data order")
+    p.add_argument("--threads", type=int, default=0, help="torch threads, 0 for torch's own choice (default: 0)")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """The train-sae options (this module's command and `interp-gpt train-sae`)."""
     p.add_argument("--model", default="tiny-gpt2", help="model name, hub id, folder or weights file")
     p.add_argument("--hook", default="blocks.1.hook_resid_pre", help="the hook to train on")
-    p.add_argument("--data", default="data/corpus", help="folder of .txt files (split by --val-frac)")
+    add_data_argument(p, "the text to train on (each file split by --val-frac)")
     p.add_argument("--val-frac", type=float, default=0.1, help="tail of each file kept for validation")
-    p.add_argument("--architecture", choices=("topk", "standard"), default="topk")
-    p.add_argument("--d-sae", type=int, default=1024)
+    p.add_argument("--architecture", choices=("topk", "standard"), default="topk", help="TopK or ReLU + L1")
+    p.add_argument("--d-sae", type=int, default=1024, help="features")
     p.add_argument("--k", type=int, default=32, help="active features per token (topk)")
     p.add_argument("--l1-coefficient", type=float, default=1.0, help="(standard)")
     add_run_arguments(p)
@@ -63,7 +64,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="folder for cfg.json, sae_weights.safetensors, metrics.json (a run stopped by NaN or inf "
         "saves its last good state in OUT/last_good)",
     )
-    p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
 def _check_args(args: argparse.Namespace) -> SAETrainingConfig:
@@ -135,7 +136,7 @@ def run(args: argparse.Namespace, argv: Sequence[str] | None = None) -> dict[str
     model.eval()
     _check_hook(model, args.hook)
     check_int_in_range(args.context_size, "--context-size", 2, model.cfg.n_ctx, f"contexts of {args.model}")
-    train_texts, val_texts = split_corpus(args.data, args.val_frac)
+    train_texts, val_texts = split_corpus(check_text_files(args.data, "--data"), args.val_frac)
     val_tokens = token_windows(model, val_texts, args.context_size, args.val_windows or None)
     d_in, reshape = _hook_width(model, args.hook, val_tokens)
     metadata = SAEMetadata(
@@ -143,7 +144,7 @@ def run(args: argparse.Namespace, argv: Sequence[str] | None = None) -> dict[str
         model_name=model.cfg.model_name,
         context_size=args.context_size,
         prepend_bos=True,
-        dataset_path=str(args.data),
+        dataset_path=", ".join(args.data),
     )
     sae = SAE(
         SAEConfig(
@@ -197,7 +198,7 @@ def train_save_evaluate(
     save(out)  # before the evaluation, which can fail
     metrics: dict[str, Any] = {
         "validation": None,  # filled in below
-        "validation_text": f"the last {args.val_frac:.0%} (cut at a newline) of each .txt file in {args.data}",
+        "validation_text": f"the last {args.val_frac:.0%} (cut at a newline) of each text file in {', '.join(args.data)}",
         **extra,
         "train": {k: log[-1][k] for k in ("l0", "mse", "explained_variance", "dead_fraction")},
         "steps": trainer.n_steps,

@@ -26,7 +26,8 @@ from typing import Any
 
 import torch
 
-from ..checks import BAD_INPUT, error_line
+from ..checks import BAD_INPUT, check_text_files, error_line
+from ..cli_common import add_data_argument
 from .clt import _CLT_FILE, CLTConfig, CrossLayerTranscoder, save_clt
 from .config import SAEMetadata
 from .data import activation_batches, split_corpus, token_windows
@@ -52,9 +53,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--kind", choices=("plt", "skip", "clt"), default="skip", help="per-layer, with a skip, or CLT")
     p.add_argument("--layers", default="all", help="comma-separated layers (default all; a CLT needs 0..N-1)")
     p.add_argument("--input-hook", default=INPUT_HOOKS[0], help=f"what each layer reads: {' or '.join(INPUT_HOOKS)}")
-    p.add_argument("--data", default="data/corpus", help="folder of .txt files (split by --val-frac)")
+    add_data_argument(p, "the text to train on (each file split by --val-frac)")
     p.add_argument("--val-frac", type=float, default=0.1, help="tail of each file kept for validation")
-    p.add_argument("--architecture", choices=("topk", "relu", "jumprelu"), default="topk")
+    p.add_argument("--architecture", choices=("topk", "relu", "jumprelu"), default="topk", help="activation")
     p.add_argument("--d-sae", type=int, default=1024, help="features per layer")
     p.add_argument("--k", type=int, default=32, help="active features per token and layer (topk)")
     p.add_argument("--l1-coefficient", type=float, default=1.0, help="(relu)")
@@ -72,7 +73,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="folder for the transcoders and metrics.json (a run stopped by NaN or inf saves its last good "
         "state in OUT/last_good)",
     )
-    p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
 def _check_args(args: argparse.Namespace) -> TranscoderTrainingConfig:
@@ -150,7 +151,7 @@ def _build(
         d_in=d, d_sae=args.d_sae, d_out=d, architecture=args.architecture,
         k=args.k if args.architecture == "topk" else None, nonnegative_acts=nonneg,
     )  # fmt: skip
-    meta = {"model_name": model.cfg.model_name, "context_size": args.context_size, "dataset_path": str(args.data)}
+    meta = {"model_name": model.cfg.model_name, "context_size": args.context_size, "dataset_path": ", ".join(args.data)}
     # The weights the set is trained on (processed, as from_pretrained loads them): what lets a later
     # user on a model processed otherwise convert it exactly (transcoder_processing).
     processing = {layer: model_processing(model, layer) for layer in layers}
@@ -222,7 +223,7 @@ def run(args: argparse.Namespace, argv: Sequence[str] | None = None) -> dict[str
         model.hook_points(trainer.hooks, arg="--input-hook")
     except KeyError as e:
         raise ValueError(f"--input-hook: {e.args[0]}") from None
-    train_texts, val_texts = split_corpus(args.data, args.val_frac)
+    train_texts, val_texts = split_corpus(check_text_files(args.data, "--data"), args.val_frac)
     val_tokens = token_windows(model, val_texts, args.context_size, args.val_windows or None)
     evaluate_transcoders(model, tcs, val_tokens[:1])  # the final evaluation's path, tried before step 1
     out = Path(args.out)
