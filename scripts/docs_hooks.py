@@ -141,7 +141,9 @@ def on_files(files: Files, config: Any) -> Files:
         if not out.exists() or out.read_text(encoding="utf-8") != text:  # unchanged: mkdocs-jupyter's cache holds
             out.write_text(text, encoding="utf-8")
         # a plain File rooted in BUILD (not File.generated): mkdocs-jupyter reads its abs_src_path
-        files.append(File(uri, src_dir=str(BUILD), dest_dir=config["site_dir"], use_directory_urls=config["use_directory_urls"]))
+        files.append(
+            File(uri, src_dir=str(BUILD), dest_dir=config["site_dir"], use_directory_urls=config["use_directory_urls"])
+        )
 
     bench = REPO / "bench"
     files.append(_generated(config, "benchmarks/details.md", bench / "README.md"))
@@ -194,12 +196,14 @@ DYNAMIC = {"interp_gpt.patching"}
 
 
 # ----- offline: nothing fetched from another host ---------------------------------------------
-CDN_SCRIPT = re.compile(r'<script[^>]*\bsrc="https?://[^"]*"[^>]*>\s*</script>')
+# nbconvert's MathJax script: from a CDN, or with an empty src where mkdocs-jupyter's custom_mathjax_url is unset
+CDN_SCRIPT = re.compile(r'<script[^>]*\bsrc="(?:https?://[^"]*)?"[^>]*>\s*</script>')
 MERMAID = re.compile(r'<script type="module">(?:(?!</script>).)*?mermaid(?:(?!</script>).)*?</script>', re.S)
 EXTERNAL = re.compile(
     r'<(script|link|img|iframe|source|video|audio|embed)\b[^>]*\b(?:src|href)\s*=\s*["\']?(?:https?:)?//', re.I
 )
 CSS_URL = re.compile(r"url\(\s*['\"]?(?:https?:)?//", re.I)
+JS_IMPORT = re.compile(r"import\(\s*['\"](?:https?:)?//")  # a script module loaded from another host
 
 
 def on_page_content(html: str, page: Any, config: Any, files: Files) -> str:
@@ -209,7 +213,7 @@ def on_page_content(html: str, page: Any, config: Any, files: Files) -> str:
 
 
 def on_post_page(output: str, page: Any, config: Any) -> str:
-    for pattern in (EXTERNAL, CSS_URL):
+    for pattern in (EXTERNAL, CSS_URL, JS_IMPORT):
         if m := pattern.search(output):
             log.warning("%s would fetch from the network: %s", page.file.src_uri, output[m.start() : m.start() + 160])
     return output
