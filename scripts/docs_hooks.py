@@ -21,10 +21,12 @@ The site is built from what the repository already holds, so nothing is written 
 from __future__ import annotations
 
 import copy
+import importlib
 import json
 import logging
 import posixpath
 import re
+import typing
 from pathlib import Path
 from typing import Any
 
@@ -156,14 +158,34 @@ def on_files(files: Files, config: Any) -> Files:
 
 
 # ----- the API reference, from the __all__ lists ----------------------------------------------
-def _public_modules() -> dict[str, list[str]]:
-    """`interp_gpt` and each subpackage with an `__all__` -> the names it exports."""
-    import importlib
+# Modules (not packages) that users import by name, as in transformer-lens: a page each too.
+MODULES = (
+    "interp_gpt.utils",
+    "interp_gpt.evals",
+    "interp_gpt.head_detector",
+    "interp_gpt.metrics",
+    "interp_gpt.inspect",
+)
+# ... and what such a module offers without defining it (transformer-lens has `utils.Slice`).
+REEXPORTED = {"interp_gpt.utils": ["Slice"]}
 
+
+def _public_modules() -> dict[str, list[str]]:
+    """`interp_gpt`, each subpackage with an `__all__`, and MODULES -> the names they export
+    (a module without `__all__`: the public functions and classes it defines)."""
     found = {}
-    for init in sorted((REPO / "interp_gpt").glob("**/__init__.py")):
-        module = ".".join(init.parent.relative_to(REPO).parts)
-        names = getattr(importlib.import_module(module), "__all__", None)
+    packages = [
+        ".".join(p.parent.relative_to(REPO).parts) for p in sorted((REPO / "interp_gpt").glob("**/__init__.py"))
+    ]
+    for module in [*packages, *MODULES]:
+        imported = importlib.import_module(module)
+        names = getattr(imported, "__all__", None)
+        if names is None and module in MODULES:
+            names = [
+                n
+                for n, obj in vars(imported).items()
+                if not n.startswith("_") and callable(obj) and getattr(obj, "__module__", None) == module
+            ] + REEXPORTED.get(module, [])
         if names is not None:
             found[module] = list(names)
     return found
@@ -183,6 +205,10 @@ def _api_page(module: str, names: list[str]) -> str:
     for name in names:
         if module == "interp_gpt" and name == "GPT":
             lines += ["## `GPT`", "", "The model: see [its own page](gpt.md).", ""]
+            continue
+        obj = getattr(importlib.import_module(module), name)
+        if typing.get_origin(obj) is not None:  # a type alias (Metric = Callable[...]): griffe cannot follow it
+            lines += [f"## `{name}` {{ #{module}.{name} }}", "", "A type alias:", "", f"    {name} = {obj!r}", ""]
             continue
         lines += [f"::: {module}.{name}", ""]
         if module in DYNAMIC:

@@ -78,6 +78,17 @@ def test_every_public_name_has_an_api_entry(site: Path) -> None:
             page += (site / "api" / "gpt" / "index.html").read_text(encoding="utf-8")
         missing += [f"{module}.{name}" for name in names if f'id="{module}.{name}"' not in page]
     assert not missing, f"public names with no entry in the API reference: {missing}"
+    # the modules users import by name, as from transformer-lens (their pages list what they define)
+    for module, names in {
+        "interp_gpt.utils": ["get_act_name", "test_prompt", "Slice"],
+        "interp_gpt.evals": importlib.import_module("interp_gpt.evals").__all__,
+        "interp_gpt.head_detector": importlib.import_module("interp_gpt.head_detector").__all__,
+        "interp_gpt.metrics": importlib.import_module("interp_gpt.metrics").__all__,
+        "interp_gpt.inspect": importlib.import_module("interp_gpt.inspect").__all__,
+    }.items():
+        page = (site / "api" / module / "index.html").read_text(encoding="utf-8")
+        missing += [f"{module}.{name}" for name in names if f'id="{module}.{name}"' not in page]
+    assert not missing, f"names with no entry in the API reference: {missing}"
     # the entries hold the docstrings: GPT's inherited hook methods and a run-time-made sweep
     gpt = (site / "api" / "gpt" / "index.html").read_text(encoding="utf-8")
     assert 'id="interp_gpt.GPT.run_with_cache"' in gpt and "names_filter" in gpt
