@@ -13,7 +13,8 @@ The site is built from what the repository already holds, so nothing is written 
 - The API reference: one page per package with an `__all__` (the top-level `interp_gpt` and
   every subpackage), one entry per exported name, read from the `__all__` lists themselves,
   so a new public name appears without editing the docs. `GPT` has a page of its own.
-- Offline: nbconvert's CDN scripts (MathJax; mermaid, which no notebook uses) are left out of
+- Offline (mkdocs.yml: `theme.font: false`, Material's offline plugin with the site's own file://
+  Worker shim, docs/assets/javascripts/iframe-worker.js): nbconvert's CDN scripts (MathJax; mermaid, which no notebook uses) are left out of
   the notebook pages, and any page that would still load a script, style sheet, font, image or
   frame from another host is reported as a warning (which fails `mkdocs build --strict`).
 """

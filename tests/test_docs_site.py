@@ -73,9 +73,9 @@ def test_every_public_name_has_an_api_entry(site: Path) -> None:
     assert {"interp_gpt", "interp_gpt.patching", "interp_gpt.sae", "interp_gpt.attribution"} <= modules.keys()
     missing = []
     for module, names in modules.items():
-        page = (site / "api" / module / "index.html").read_text(encoding="utf-8")
+        page = (site / "api" / f"{module}.html").read_text(encoding="utf-8")
         if module == "interp_gpt":
-            page += (site / "api" / "gpt" / "index.html").read_text(encoding="utf-8")
+            page += (site / "api" / "gpt.html").read_text(encoding="utf-8")
         missing += [f"{module}.{name}" for name in names if f'id="{module}.{name}"' not in page]
     assert not missing, f"public names with no entry in the API reference: {missing}"
     # the modules users import by name, as from transformer-lens (their pages list what they define)
@@ -86,13 +86,13 @@ def test_every_public_name_has_an_api_entry(site: Path) -> None:
         "interp_gpt.metrics": importlib.import_module("interp_gpt.metrics").__all__,
         "interp_gpt.inspect": importlib.import_module("interp_gpt.inspect").__all__,
     }.items():
-        page = (site / "api" / module / "index.html").read_text(encoding="utf-8")
+        page = (site / "api" / f"{module}.html").read_text(encoding="utf-8")
         missing += [f"{module}.{name}" for name in names if f'id="{module}.{name}"' not in page]
     assert not missing, f"names with no entry in the API reference: {missing}"
     # the entries hold the docstrings: GPT's inherited hook methods and a run-time-made sweep
-    gpt = (site / "api" / "gpt" / "index.html").read_text(encoding="utf-8")
+    gpt = (site / "api" / "gpt.html").read_text(encoding="utf-8")
     assert 'id="interp_gpt.GPT.run_with_cache"' in gpt and "names_filter" in gpt
-    patching = (site / "api" / "interp_gpt.patching" / "index.html").read_text(encoding="utf-8")
+    patching = (site / "api" / "interp_gpt.patching.html").read_text(encoding="utf-8")
     assert "Activation patching of the residual stream" in patching, "get_act_patch_resid_pre's docstring"
 
 
@@ -101,7 +101,7 @@ def test_notebooks_are_pages_with_interactive_figures(site: Path) -> None:
     plotly_js = site / "assets" / "javascripts" / "plotly.min.js"
     assert plotly_js.stat().st_size > 1_000_000, "plotly.js is served by the site itself"
     for name in NOTEBOOKS:
-        page = (site / "demos" / name / "index.html").read_text(encoding="utf-8")
+        page = (site / "demos" / f"{name}.html").read_text(encoding="utf-8")
         notebook = json.loads((REPO / "demos" / f"{name}.ipynb").read_text(encoding="utf-8"))
         figures = sum(
             "application/vnd.plotly.v1+json" in o.get("data", {})
@@ -109,7 +109,7 @@ def test_notebooks_are_pages_with_interactive_figures(site: Path) -> None:
             for o in c.get("outputs", [])
         )
         assert figures > 0 and page.count('class="plotly-graph-div"') == figures, name
-        assert page.count('src="../../assets/javascripts/plotly.min.js"') == 1, name
+        assert page.count('src="../assets/javascripts/plotly.min.js"') == 1, name
 
 
 def test_no_page_fetches_from_another_host(site: Path) -> None:
@@ -148,23 +148,35 @@ def served(site: Path) -> Iterator[str]:
         thread.join(timeout=10)
 
 
-@pytest.fixture
-def browser() -> Iterator[DevTools]:
+def _chromium(flags: list[str] | None = None) -> DevTools:
     if CHROMIUM is None:
         pytest.skip(
             "headless Chromium not found on PATH (Debian: apt-get install -y chromium; or set INTERP_GPT_CHROMIUM)"
         )
-    # The other browser tests' flags (no proxy that works, no DNS), but 127.0.0.1 reachable: the
-    # site comes from a local server. The helper starts the page offline; let requests through
-    # (every one is recorded and checked below).
+    return DevTools(width=1400, height=1000, flags=flags)
+
+
+@pytest.fixture
+def browser() -> Iterator[DevTools]:
+    """Chromium with the other browser tests' flags (no proxy that works, no DNS), but 127.0.0.1
+    reachable: the site comes from a local server. The helper starts the page offline; requests
+    are let through (every one is recorded and checked)."""
     flags = [f for f in FLAGS if not f.startswith("--host-resolver-rules=")]
-    devtools = DevTools(
-        width=1400, height=1000, flags=[*flags, "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1"]
-    )
+    devtools = _chromium([*flags, "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1"])
     devtools.page(
         "Network.emulateNetworkConditions",
         {"offline": False, "latency": 0, "downloadThroughput": -1, "uploadThroughput": -1},
     )
+    try:
+        yield devtools
+    finally:
+        devtools.close()
+
+
+@pytest.fixture
+def offline_browser() -> Iterator[DevTools]:
+    """Chromium as the other browser tests have it: offline, no proxy, no DNS."""
+    devtools = _chromium()
     try:
         yield devtools
     finally:
@@ -183,9 +195,11 @@ def _type(browser: DevTools, text: str) -> None:
             browser.page("Input.dispatchKeyEvent", params)
 
 
-def test_site_in_headless_chromium(browser: DevTools, served: str) -> None:
+def _read_the_site(browser: DevTools, base: str, local: tuple[str, ...]) -> None:
+    """Home, search, a notebook page and GPT's API page, as a reader uses them; nothing went wrong
+    and every request stayed on `local`."""
     # The home page.
-    _open(browser, served, "!!document.querySelector('.md-content h1')")
+    _open(browser, base + "index.html", "!!document.querySelector('.md-content h1')")
     assert browser.js("document.querySelector('.md-content h1').textContent.trim()").startswith("interp_gpt")
     assert browser.js("document.querySelectorAll('.md-nav__link').length") > 20
 
@@ -203,10 +217,10 @@ def test_site_in_headless_chromium(browser: DevTools, served: str) -> None:
         " return a.some(h => h.includes('run_with_cache')) ? a : null; })()",
         timeout=30,
     )
-    assert any("/api/gpt/" in h and h.endswith("#interp_gpt.GPT.run_with_cache") for h in hits), hits
+    assert any("/api/gpt.html" in h and h.endswith("#interp_gpt.GPT.run_with_cache") for h in hits), hits
 
     # A notebook page: plotly, served by the site, draws interactive figures (an SVG, with data).
-    _open(browser, served + "demos/02_attention_heads/", "!!document.querySelector('.plotly-graph-div .main-svg')")
+    _open(browser, base + "demos/02_attention_heads.html", "!!document.querySelector('.plotly-graph-div .main-svg')")
     browser.wait_for("document.querySelectorAll('.plotly-graph-div .main-svg').length >= 7", timeout=30)
     assert browser.js("typeof window.Plotly") == "object"
     assert browser.js(
@@ -217,7 +231,7 @@ def test_site_in_headless_chromium(browser: DevTools, served: str) -> None:
     # The API page of GPT shows run_with_cache with its docstring.
     _open(
         browser,
-        served + "api/gpt/#interp_gpt.GPT.run_with_cache",
+        base + "api/gpt.html#interp_gpt.GPT.run_with_cache",
         "!!document.getElementById('interp_gpt.GPT.run_with_cache')",
     )
     entry = browser.js("document.getElementById('interp_gpt.GPT.run_with_cache').closest('.doc-object').textContent")
@@ -227,8 +241,18 @@ def test_site_in_headless_chromium(browser: DevTools, served: str) -> None:
     assert not browser.problems(), browser.problems()
     requests = browser.requests()
     assert any(r.endswith("plotly.min.js") for r in requests) and any("search" in r for r in requests), requests
-    outside = [r for r in requests if not r.startswith(served) and not r.startswith(("data:", "blob:"))]
+    outside = [r for r in requests if not r.startswith(local)]
     assert not outside, outside
-    # ... nor by the page's workers (the search index is loaded by a worker): every resource it timed
+    # ... nor by the page's workers (the search index is read by a worker): every resource it timed
     loaded = browser.js("performance.getEntriesByType('resource').map(e => e.name)")
-    assert all(r.startswith(served) or r.startswith(("data:", "blob:")) for r in loaded), loaded
+    assert all(r.startswith(local) for r in loaded), loaded
+
+
+def test_site_served_in_headless_chromium(browser: DevTools, served: str) -> None:
+    _read_the_site(browser, served, (served, "data:", "blob:"))
+
+
+def test_site_from_the_file_system_in_headless_chromium(offline_browser: DevTools, site: Path) -> None:
+    """Opened from the folder (file://): the offline plugin's page names, and search in a worker
+    started by the site's own shim (docs/assets/javascripts/iframe-worker.js)."""
+    _read_the_site(offline_browser, site.as_uri() + "/", ("file:", "data:", "blob:", "about:"))
