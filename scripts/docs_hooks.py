@@ -11,12 +11,14 @@ The site is built from what the repository already holds, so nothing is written 
   from a CDN.
 - `bench/README.md` becomes `benchmarks/details.md`, with the result files it links to.
 - The API reference: one page per package with an `__all__` (the top-level `interp_gpt` and
-  every subpackage), one entry per exported name, read from the `__all__` lists themselves,
-  so a new public name appears without editing the docs. `GPT` has a page of its own.
-- Offline (mkdocs.yml: `theme.font: false`, Material's offline plugin with the site's own file://
-  Worker shim, docs/assets/javascripts/iframe-worker.js): nbconvert's CDN scripts (MathJax; mermaid, which no notebook uses) are left out of
-  the notebook pages, and any page that would still load a script, style sheet, font, image or
-  frame from another host is reported as a warning (which fails `mkdocs build --strict`).
+  every subpackage) and per module users import by name (MODULES), one entry per exported name,
+  read from the `__all__` lists themselves, so a new public name appears without editing the
+  docs. `GPT` has a page of its own.
+- Offline (mkdocs.yml: `theme.font: false`; Material's offline plugin, with the site's own file://
+  Worker shim, docs/assets/javascripts/iframe-worker.js): nbconvert's CDN scripts (MathJax;
+  mermaid, which no notebook uses) are left out of the notebook pages, and any page that would
+  still load a script, style sheet, font, image or frame from another host is reported as a
+  warning (which fails `mkdocs build --strict`).
 """
 
 from __future__ import annotations
