@@ -69,7 +69,7 @@ def _above_ten(fd: int) -> int:
 class DevTools:
     """A headless Chromium and one page, spoken to over the DevTools pipe."""
 
-    def __init__(self, width: int = 1000, height: int = 900) -> None:
+    def __init__(self, width: int = 1000, height: int = 900, flags: list[str] | None = None) -> None:
         self.profile = tempfile.mkdtemp(prefix="interp_gpt_chromium_")
         to_chrome_r, self._to_chrome = os.pipe()
         self._from_chrome, from_chrome_w = os.pipe()
@@ -83,7 +83,7 @@ class DevTools:
                 "-c",
                 f'exec "$0" "$@" 3<&{to_chrome_r} 4>&{from_chrome_w}',
                 CHROMIUM,
-                *FLAGS,
+                *(FLAGS if flags is None else flags),
                 f"--user-data-dir={self.profile}",
                 f"--window-size={width},{height}",
                 "about:blank",

@@ -82,7 +82,9 @@ def attribute(
             before its MLP) and writing `blocks.L.hook_mlp_out`.
         attribution_targets: None (the top logits), token ids, token strings, or (label, weight,
             direction [d_model]) tuples (see targets.py).
-        max_n_logits, desired_logit_prob: how many top logits, when attribution_targets is None.
+        max_n_logits: at most this many top logits are targets, when attribution_targets is None.
+        desired_logit_prob: the top logits are taken until their probabilities sum to this (at most
+            `max_n_logits` of them), when attribution_targets is None.
         max_feature_nodes: at most this many feature nodes, the most influential (None: every active feature).
         batch_size: targets per backward pass (and copies of the prompt in the one forward pass); None:
             16 on the CPU (as fast as larger batches there, in less memory: bench/attribution.py), 128 on a GPU.

@@ -192,7 +192,8 @@ def to_json(
         slug: the graph's name in the viewer.
         tokenizer: anything with `decode(token_id) -> str` (e.g. `model.tokenizer`): the prompt's tokens.
         scan: the transcoders' name (or a list of names), default `graph.scan`.
-        node_threshold, edge_threshold: passed to `prune_graph`.
+        node_threshold: passed to `prune_graph`.
+        edge_threshold: passed to `prune_graph`.
 
     Example:
         >>> to_json(graph, "graphs/induction.json", slug="induction", tokenizer=model.tokenizer, scan="tiny-plt")

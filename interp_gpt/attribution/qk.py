@@ -170,9 +170,10 @@ def qk_attribution(
         prompt: text or token ids, as `attribute` takes it (a BOS is put first unless there is one), or an
             `AttributionGraph` (its input tokens: the positions are the graph's).
         transcoders: one `Transcoder` per layer or a `CrossLayerTranscoder`, as `attribute` takes them.
-        layer, head: the head (negative counts from the end).
-        query_pos, key_pos: positions in the prompt's tokens, BOS included (negative counts from the end);
-            the key at or before the query.
+        layer: the head's layer (negative counts from the end).
+        head: the head (negative counts from the end).
+        query_pos: the query's position in the prompt's tokens, BOS included (negative counts from the end).
+        key_pos: the key's position, as `query_pos`; at or before the query.
     """
     if isinstance(prompt, AttributionGraph):
         prompt = prompt.input_tokens

@@ -309,9 +309,11 @@ def graph_page(
         slug: the graph's name, and the key its pins and supernodes are saved under in the browser
             (default: the prompt's first words and a digest of its tokens).
         title: the page's heading (default "attribution graph").
-        node_threshold, edge_threshold: the sliders' first values (`prune_graph`'s defaults).
-        max_node_threshold, max_nodes: which nodes the page holds, so its size stays bounded (see the
-            module's docs); the node slider reaches `max_node_threshold` at most.
+        node_threshold: the node slider's first value (`prune_graph`'s default).
+        edge_threshold: the edge slider's first value (`prune_graph`'s default).
+        max_node_threshold: with `max_nodes`, which nodes the page holds, so its size stays bounded
+            (see the module's docs); the node slider reaches `max_node_threshold` at most.
+        max_nodes: the most nodes the page holds (see `max_node_threshold`).
         n_tokens: promoted and suppressed tokens per feature; n_contexts: contexts per feature.
 
     Example:

@@ -58,8 +58,9 @@ def eap_scores(
     summed over batch and positions, from two forwards and one backward.
 
     Args:
-        clean_tokens, corrupted_tokens: `[batch, pos]` token ids (or strings) of the same shape;
-            corrupted may also be an ablation ("zero", "mean", "resample") as in `patch_edges`.
+        clean_tokens: `[batch, pos]` token ids (or strings).
+        corrupted_tokens: token ids (or strings) of the same shape as `clean_tokens`, or an ablation
+            ("zero", "mean", "resample") as in `patch_edges`.
         metric: logits `[batch, pos, d_vocab]` -> a scalar tensor, differentiable (e.g.
             `functools.partial(interp_gpt.metrics.logit_diff, answer_tokens=answers)`).
 

@@ -77,7 +77,8 @@ def attribution_patch(
     residual stream); elsewhere it is a first-order estimate.
 
     Args:
-        clean_input, corrupted_input: token ids `[batch, pos]` (or strings), same shape.
+        clean_input: token ids `[batch, pos]` (or strings).
+        corrupted_input: token ids (or strings), the same shape as `clean_input`.
         metric: logits -> scalar, differentiable (no `.item()`); as for the sweeps.
         sweeps: which estimates to compute (names as in `get_act_patch_<name>`, plus
             "resid_post"); default all.

@@ -61,11 +61,13 @@ class ActivationStore:
             least two output batches); memory is `buffer_rows x sum(d_in) x dtype size`.
         out_batch_size: rows per `next_batch()`.
         shuffle: mix rows across the buffer (False: rows come out in data order, window by window).
-        dtype, device: of the served activations (default: the model's dtype, the model's device).
+        dtype: of the served activations (default: the model's).
+        device: of the served activations (default: the model's).
         prepend_bos: start every window with BOS (default: `cfg.default_prepend_bos`).
-        rank, world_size: read windows `rank, rank + world_size, ...` only (default: from
+        rank: with `world_size`, read windows `rank, rank + world_size, ...` only (default: from
             torch.distributed when it is initialised, else the whole data). `harvest` with
             world_size > 1 needs the process group (the ranks write one manifest through it).
+        world_size: the number of ranks (see `rank`).
 
     The data is read and tokenized by a thread ahead of the forward passes; it stops when the data runs
     out, on `close()`, or on leaving `with ActivationStore(...) as store:`.
