@@ -268,8 +268,8 @@ class HookedModule(nn.Module):
                 msg += "; see model.hook_dict for the names"
         return KeyError(msg)
 
-    def hook_points(self, name_or_filter: NameFilter, arg: str = "name") -> list[HookPoint]:
-        """The hook points a name, a list of names, a predicate or None (all) selects."""
+    def hook_points(self, name_or_filter: NameFilter = None, arg: str = "name") -> list[HookPoint]:
+        """The hook points a name, a list of names, a predicate or None (all, transformer-lens' `hook_points()`) selects."""
         if name_or_filter is None:
             return list(self.hook_dict.values())
         if isinstance(name_or_filter, str):
@@ -446,12 +446,42 @@ class HookedModule(nn.Module):
                         "pass return_type='loss'"
                     )
                 out.backward()
-        # Keep the order of the hook points (the order of the forward pass).
-        order = {hp.name: i for i, hp in enumerate(self.hook_dict.values())}
-        ordered = dict(
-            sorted(store.items(), key=lambda kv: (kv[0].endswith("_grad"), order.get(kv[0].removesuffix("_grad"), 0)))
-        )
+        # The order in which the activations were made (as transformer-lens' cache), then the gradients in that order.
+        made = {name: i for i, name in enumerate(n for n in store if not n.endswith("_grad"))}
+        ordered = dict(sorted(store.items(), key=lambda kv: (kv[0].endswith("_grad"), made.get(kv[0].removesuffix("_grad"), 0))))
         return out, ActivationCache(ordered, self, has_batch_dim=not remove_batch_dim)
+
+
+class HookedRootModule(HookedModule):
+    """transformer-lens' base class for a hooked module of your own: declare `HookPoint`s in `__init__`,
+    call `self.setup()` at its end (it names every hook point by its module path and builds `hook_dict`),
+    and the module has `run_with_hooks`, `run_with_cache`, `hooks()`, `add_hook` and `reset_hooks`.
+
+    Example (transformer-lens' Main Demo):
+        >>> class SquareThenAdd(nn.Module):
+        ...     def __init__(self, offset):
+        ...         super().__init__()
+        ...         self.offset = nn.Parameter(torch.tensor(offset))
+        ...         self.hook_square = HookPoint()
+        ...     def forward(self, x):
+        ...         return self.offset + self.hook_square(x * x)
+        >>> class TwoLayerModel(HookedRootModule):
+        ...     def __init__(self):
+        ...         super().__init__()
+        ...         self.layer1, self.layer2 = SquareThenAdd(3.0), SquareThenAdd(-4.0)
+        ...         self.hook_in, self.hook_mid, self.hook_out = HookPoint(), HookPoint(), HookPoint()
+        ...         self.setup()
+        ...     def forward(self, x):
+        ...         return self.hook_out(self.layer2(self.hook_mid(self.layer1(self.hook_in(x)))))
+        >>> out, cache = TwoLayerModel().run_with_cache(torch.tensor(5.0))
+        >>> out.item(), list(cache)
+        (780.0, ['hook_in', 'layer1.hook_square', 'hook_mid', 'layer2.hook_square', 'hook_out'])
+    """
+
+    def setup(self) -> None:
+        """Find the hook points, name them and build `hook_dict` (transformer-lens' name for `setup_hooks`)."""
+        self.setup_hooks()
+
 
 
 def _pos_axis(name: str, ndim: int) -> int:

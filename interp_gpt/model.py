@@ -119,14 +119,15 @@ class Attention(nn.Module):
         super().__init__()
         self.cfg = cfg
         h, d, dh = cfg.n_heads, cfg.d_model, cfg.d_head
+        # In transformer-lens' order (its named_parameters: W_Q, W_O, b_Q, b_O, then W_K, W_V, b_K, b_V).
         self.W_Q = nn.Parameter(torch.empty(h, d, dh))
-        self.W_K = nn.Parameter(torch.empty(h, d, dh))
-        self.W_V = nn.Parameter(torch.empty(h, d, dh))
         self.W_O = nn.Parameter(torch.empty(h, dh, d))
         self.b_Q = nn.Parameter(torch.zeros(h, dh))
+        self.b_O = nn.Parameter(torch.zeros(d))
+        self.W_K = nn.Parameter(torch.empty(h, d, dh))
+        self.W_V = nn.Parameter(torch.empty(h, d, dh))
         self.b_K = nn.Parameter(torch.zeros(h, dh))
         self.b_V = nn.Parameter(torch.zeros(h, dh))
-        self.b_O = nn.Parameter(torch.zeros(d))
         # Masked scores are set to -inf, so they get exactly zero probability.
         self.register_buffer("IGNORE", torch.tensor(float("-inf")))
         # An empty "mask" buffer as transformer-lens 3.x keeps, so state dicts move both ways with
@@ -262,9 +263,10 @@ class TransformerBlock(nn.Module):
         self.cfg = cfg
         self.layer = layer
         self.ln1 = make_norm(cfg)
+        if not cfg.attn_only:  # transformer-lens' order again: ln1, ln2, attn, mlp
+            self.ln2 = make_norm(cfg)
         self.attn = Attention(cfg)
         if not cfg.attn_only:  # an attention-only block has no ln2, MLP, resid_mid or mlp hooks
-            self.ln2 = make_norm(cfg)
             self.mlp = MLP(cfg)
         self.hook_resid_pre = HookPoint()  # [batch, posn, d_model]
         self.hook_attn_in = HookPoint()  # [batch, posn, n_heads, d_model], opt-in: cfg.use_attn_in
