@@ -73,7 +73,9 @@ class ActivationCache(Mapping[str, Tensor]):
                 try:  # an int, a numpy int or a 0-d integer tensor (as a loop over torch.arange gives)
                     layer = check_int(layer, "layer")
                 except TypeError:
-                    raise KeyError(f"cache[{key!r}]: layer {layer!r} is not an int, layers are 0..{n_layers - 1}") from None
+                    raise KeyError(
+                        f"cache[{key!r}]: layer {layer!r} is not an int, layers are 0..{n_layers - 1}"
+                    ) from None
                 if not -n_layers <= layer < n_layers:
                     raise KeyError(f"cache[{key!r}]: layer {layer!r} is out of range, layers are 0..{n_layers - 1}")
                 layer %= n_layers

@@ -25,16 +25,33 @@ import threading
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal, Union
+from typing import Any, Literal, Union
 
 import torch
 from torch import Tensor, nn
 
 from .slices import Slice, slice_index
 
-if TYPE_CHECKING:
-    from .config import Config
+# One path per run: a forward in which any hook fires (a cache, a patch, a user's own hook) computes every
+# activation by the explicit maths (LayerNorm written out, attention through its pattern), so an activation
+# is bit-identical however it was cached or hooked (a names_filter, stop_at_layer, a full run); a forward
+# with no hook takes the fused kernels (F.layer_norm, scaled_dot_product_attention). See HookedModule.one_path.
+_EXPLICIT: ContextVar[bool] = ContextVar("interp_gpt_explicit_paths", default=False)
+_ATTACHED = [0]  # hooks attached anywhere (every model): 0 lets a forward skip looking for them
+_ATTACHED_LOCK = threading.Lock()
+
+
+def explicit_paths() -> bool:
+    """Whether the forward now running (in this thread) is a hooked one, which takes the explicit paths."""
+    return _EXPLICIT.get()
+
+
+def _count_attached(n: int) -> None:
+    with _ATTACHED_LOCK:
+        _ATTACHED[0] += n
+
 
 HookFn = Callable[..., Union[Tensor, None]]
 NameFilter = Union[None, str, Sequence[str], Callable[[str], bool]]
@@ -90,6 +107,7 @@ class HookPoint(nn.Module):
             hooks.insert(0, handle)
         else:
             hooks.append(handle)
+        _count_attached(1)
         return handle
 
     def remove(self, handle: _Hook) -> None:
@@ -97,6 +115,7 @@ class HookPoint(nn.Module):
         for hooks in (self.fwd_hooks, self.bwd_hooks):
             if handle in hooks:
                 hooks.remove(handle)
+                _count_attached(-1)
 
     def remove_hooks(self, dir: Literal["fwd", "bwd", "both"] = "both", including_permanent: bool = False) -> None:
         for d in ("fwd", "bwd"):
@@ -247,6 +266,20 @@ class HookedModule(nn.Module):
         # Every hook point, including any a subclass hides from hook_dict, for reset_hooks.
         self._all_hook_points = list(self.hook_dict.values())
         self._hook_names = list(self.hook_dict)
+
+    @contextmanager
+    def one_path(self) -> Iterator[None]:
+        """Around a forward: if a hook of this module fires in it (in this thread), every activation inside
+        takes the explicit path (`explicit_paths()`), so a cached or hooked activation is bit-identical
+        whichever hooks the run has. With no hook attached anywhere this costs one comparison."""
+        if _ATTACHED[0] == 0 or _EXPLICIT.get() or not any(hp.has_hooks for hp in self._all_hook_points):
+            yield
+            return
+        token = _EXPLICIT.set(True)
+        try:
+            yield
+        finally:
+            _EXPLICIT.reset(token)
 
     @property
     def mod_dict(self) -> dict[str, nn.Module]:
@@ -448,7 +481,9 @@ class HookedModule(nn.Module):
                 out.backward()
         # The order in which the activations were made (as transformer-lens' cache), then the gradients in that order.
         made = {name: i for i, name in enumerate(n for n in store if not n.endswith("_grad"))}
-        ordered = dict(sorted(store.items(), key=lambda kv: (kv[0].endswith("_grad"), made.get(kv[0].removesuffix("_grad"), 0))))
+        ordered = dict(
+            sorted(store.items(), key=lambda kv: (kv[0].endswith("_grad"), made.get(kv[0].removesuffix("_grad"), 0)))
+        )
         return out, ActivationCache(ordered, self, has_batch_dim=not remove_batch_dim)
 
 
@@ -483,7 +518,6 @@ class HookedRootModule(HookedModule):
         self.setup_hooks()
 
 
-
 def _pos_axis(name: str, ndim: int) -> int:
     """The position axis, counted from the end, of hook `name`'s activation (`ndim` axes with batch).
 
@@ -493,99 +527,3 @@ def _pos_axis(name: str, ndim: int) -> int:
     batch axis cut that way, where here they too are cut along their positions.
     """
     return (2 if name.removesuffix("_grad").endswith(("hook_pattern", "hook_attn_scores")) else 1) - ndim
-
-
-# Opt-in hook points exist only while their Config flag is on (as in transformer-lens);
-# asking for one while it is off gives an error that names the flag.
-_OPT_IN_HOOKS = {
-    "attn.hook_result": "use_attn_result",
-    "hook_attn_in": "use_attn_in",
-    "hook_q_input": "use_split_qkv_input",
-    "hook_k_input": "use_split_qkv_input",
-    "hook_v_input": "use_split_qkv_input",
-    "hook_mlp_in": "use_hook_mlp_in",
-    "hook_tokens": "use_hook_tokens",
-}
-
-
-def _opt_in_flag(hook_name: str) -> str | None:
-    for suffix, flag in _OPT_IN_HOOKS.items():
-        if hook_name == suffix or hook_name.endswith("." + suffix):
-            return flag
-    return None
-
-
-class HookedGPT(HookedModule):
-    """`HookedModule` with GPT-2's opt-in hook points (each behind a `Config` flag, as in
-    transformer-lens) and a `run_with_cache` that stops the forward after the last cached layer."""
-
-    cfg: Config
-
-    def setup_hooks(self) -> None:
-        super().setup_hooks()
-        all_points = self._all_hook_points
-        for name in list(self.hook_dict):
-            flag = _opt_in_flag(name)
-            if flag and not getattr(self.cfg, flag):
-                del self.hook_dict[name]
-        self._all_hook_points = all_points
-        self._hook_names = list(self.hook_dict)
-
-    def _unknown_hook_error(self, name: str) -> KeyError:
-        flag = _opt_in_flag(name)
-        if self.cfg.attn_only and re.search(r"\.(mlp|ln2)\.|hook_(mlp_in|mlp_out|resid_mid)$", name):
-            return KeyError(f"no hook point {name!r}: this model has attn_only=True (no MLP, ln2 or resid_mid)")
-        if self.cfg.normalization_type is None and re.search(r"\bln(1|2|_final)\.hook_", name):
-            return KeyError(f"no hook point {name!r}: this model has normalization_type=None (no LayerNorm hooks)")
-        if flag and not getattr(self.cfg, flag):
-            return KeyError(
-                f"hook point {name!r} is opt-in and off: set cfg.{flag}=True (model.set_{flag}(True)) to create it"
-            )
-        return super()._unknown_hook_error(name)
-
-    def _set_flag(self, flag: str, value: bool) -> None:
-        setattr(self.cfg, flag, bool(value))
-        self.setup_hooks()
-
-    def set_use_attn_result(self, value: bool) -> None:
-        """Compute and expose each head's output, `blocks.L.attn.hook_result` [batch, posn, head, d_model]."""
-        self._set_flag("use_attn_result", value)
-
-    def set_use_split_qkv_input(self, value: bool) -> None:
-        """Give each head its own copy of its Q/K/V input (`hook_q_input` etc.)."""
-        self._set_flag("use_split_qkv_input", value)
-
-    def set_use_attn_in(self, value: bool) -> None:
-        """Expose the attention input per head as `blocks.L.hook_attn_in`."""
-        self._set_flag("use_attn_in", value)
-
-    def set_use_hook_mlp_in(self, value: bool) -> None:
-        """Expose the MLP's input as `blocks.L.hook_mlp_in`."""
-        if value and self.cfg.attn_only:
-            raise ValueError("set_use_hook_mlp_in(True): this model has attn_only=True, so no MLP input to hook")
-        self._set_flag("use_hook_mlp_in", value)
-
-    def run_with_cache(self, *model_args: Any, names_filter: Any = None, **kwargs: Any) -> tuple[Any, Any]:
-        """Run the model and cache activations (see `HookedModule.run_with_cache`).
-
-        With `return_type=None` nothing downstream of the cached hooks is needed, so the
-        forward pass stops after the last layer the filter selects: caching layer 3 of
-        12 runs 4 blocks. The output is then None.
-
-        Example:
-            >>> _, cache = model.run_with_cache(tokens, names_filter="blocks.3.attn.hook_pattern", return_type=None)
-        """
-        stop = None
-        if (
-            kwargs.get("return_type", "logits") is None
-            and kwargs.get("stop_at_layer") is None
-            and not kwargs.get("incl_bwd")
-        ):
-            names = [hp.name for hp in self.hook_points(names_filter, arg="names_filter")]
-            layers = [int(n.split(".")[1]) if n.startswith("blocks.") else self.cfg.n_layers for n in names]
-            if names and max(layers) < self.cfg.n_layers - 1 and kwargs.get("start_at_layer") is None:
-                stop = max(layers) + 1
-        if stop is None:
-            return super().run_with_cache(*model_args, names_filter=names_filter, **kwargs)
-        _, cache = super().run_with_cache(*model_args, names_filter=names_filter, stop_at_layer=stop, **kwargs)
-        return None, cache

@@ -28,7 +28,8 @@ from .checks import check_layer, check_resid
 from .config import Config
 from .factored import FactoredMatrix
 from .generation import GenerationMixin, KVCache, rollback_on_error
-from .hooks import HookedGPT, HookPoint
+from .hooked_gpt import HookedGPT
+from .hooks import HookPoint, explicit_paths
 from .pretrained import PretrainedMixin
 from .processing_methods import ProcessingMixin
 from .splicing import SplicingMixin
@@ -93,8 +94,8 @@ class LayerNorm(nn.Module):
         self.hook_normalized = HookPoint()  # [batch, posn, d_model] (or with n_heads)
 
     def forward(self, x: Resid) -> Resid:
-        if not (self.hook_scale.has_hooks or self.hook_normalized.has_hooks):
-            # Fast path, same maths in one fused kernel, when nobody looks at the pieces.
+        if not (self.hook_scale.has_hooks or self.hook_normalized.has_hooks or explicit_paths()):
+            # Fast path, same maths in one fused kernel, in a run with no hook (hooks.one_path).
             w, b = (self.w, self.b) if self.has_params else (None, None)
             return F.layer_norm(x, x.shape[-1:], w, b, self.eps)
         x = x - x.mean(-1, keepdim=True)
@@ -187,7 +188,7 @@ class Attention(nn.Module):
         if attention_mask is not None:  # and never attend to padding
             allowed = allowed & attention_mask[:, None, None, :].bool()  # [batch, 1, q_pos, k_pos]
 
-        if self.hook_attn_scores.has_hooks or self.hook_pattern.has_hooks:
+        if self.hook_attn_scores.has_hooks or self.hook_pattern.has_hooks or explicit_paths():
             # q / sqrt(d_head) before the product (the same maths as scaling the scores, exactly
             # so for d_head = 64) and the mask written in place: on a long context each pass
             # over a fresh [batch, n_heads, q_pos, k_pos] tensor costs as much as a matmul.
@@ -206,7 +207,7 @@ class Attention(nn.Module):
                 v, pattern, "batch k_pos n_heads d_head, batch n_heads q_pos k_pos -> batch q_pos n_heads d_head"
             )
         else:
-            # Nobody hooks the scores or the pattern: let PyTorch's fused kernel compute the
+            # A run with no hook (hooks.one_path): let PyTorch's fused kernel compute the
             # same softmax(q k^T / sqrt(d_head)) v without materialising [q_pos, k_pos].
             z = F.scaled_dot_product_attention(
                 q.transpose(1, 2),
@@ -413,7 +414,7 @@ class GPT(GenerationMixin, TextMixin, StackedWeightsMixin, PretrainedMixin, Proc
         if past_kv_cache is not None and (start_at_layer is not None or stop is not None):
             raise ValueError("past_kv_cache cannot be combined with start_at_layer / stop_at_layer")
         shortformer = self.cfg.positional_embedding_type == "shortformer"
-        with rollback_on_error(past_kv_cache):  # a forward cut short (an error, Ctrl-C) leaves the cache as it was
+        with rollback_on_error(past_kv_cache), self.one_path():  # an error restores the KV cache; see one_path
             if start_at_layer is None:
                 tokens, attention_mask = self._tokens_and_mask(input, prepend_bos, padding_side, attention_mask, past)
                 if past_kv_cache is not None:  # the mask then covers the cached positions too
