@@ -34,23 +34,16 @@ from torch import Tensor, nn
 
 from .slices import Slice, slice_index
 
-# One path per run: a forward in which any hook fires (a cache, a patch, a user's own hook) computes every
-# activation by the explicit maths (LayerNorm written out, attention through its pattern), so an activation
-# is bit-identical however it was cached or hooked (a names_filter, stop_at_layer, a full run); a forward
-# with no hook takes the fused kernels (F.layer_norm, scaled_dot_product_attention). See HookedModule.one_path.
+# One path per cache: inside `run_with_cache` every activation is computed by the explicit maths (LayerNorm
+# written out, attention through its pattern), whichever hooks the cache watches, so an activation is
+# bit-identical however it was cached (a names_filter, stop_at_layer, a full cache). Outside a cache the
+# model takes the fused kernels (F.layer_norm, scaled_dot_product_attention) wherever no hook watches.
 _EXPLICIT: ContextVar[bool] = ContextVar("interp_gpt_explicit_paths", default=False)
-_ATTACHED = [0]  # hooks attached anywhere (every model): 0 lets a forward skip looking for them
-_ATTACHED_LOCK = threading.Lock()
 
 
 def explicit_paths() -> bool:
-    """Whether the forward now running (in this thread) is a hooked one, which takes the explicit paths."""
+    """Whether a `run_with_cache` is running in this thread (the model then takes its explicit paths)."""
     return _EXPLICIT.get()
-
-
-def _count_attached(n: int) -> None:
-    with _ATTACHED_LOCK:
-        _ATTACHED[0] += n
 
 
 HookFn = Callable[..., Union[Tensor, None]]
@@ -107,7 +100,6 @@ class HookPoint(nn.Module):
             hooks.insert(0, handle)
         else:
             hooks.append(handle)
-        _count_attached(1)
         return handle
 
     def remove(self, handle: _Hook) -> None:
@@ -115,7 +107,6 @@ class HookPoint(nn.Module):
         for hooks in (self.fwd_hooks, self.bwd_hooks):
             if handle in hooks:
                 hooks.remove(handle)
-                _count_attached(-1)
 
     def remove_hooks(self, dir: Literal["fwd", "bwd", "both"] = "both", including_permanent: bool = False) -> None:
         for d in ("fwd", "bwd"):
@@ -266,20 +257,6 @@ class HookedModule(nn.Module):
         # Every hook point, including any a subclass hides from hook_dict, for reset_hooks.
         self._all_hook_points = list(self.hook_dict.values())
         self._hook_names = list(self.hook_dict)
-
-    @contextmanager
-    def one_path(self) -> Iterator[None]:
-        """Around a forward: if a hook of this module fires in it (in this thread), every activation inside
-        takes the explicit path (`explicit_paths()`), so a cached or hooked activation is bit-identical
-        whichever hooks the run has. With no hook attached anywhere this costs one comparison."""
-        if _ATTACHED[0] == 0 or _EXPLICIT.get() or not any(hp.has_hooks for hp in self._all_hook_points):
-            yield
-            return
-        token = _EXPLICIT.set(True)
-        try:
-            yield
-        finally:
-            _EXPLICIT.reset(token)
 
     @property
     def mod_dict(self) -> dict[str, nn.Module]:
@@ -470,15 +447,19 @@ class HookedModule(nn.Module):
 
         fwd = [(hp.name, save(hp.name)) for hp in points]
         bwd = [(hp.name, save(hp.name + "_grad")) for hp in points] if incl_bwd else []
-        with self.hooks(fwd, bwd, reset_hooks_end):  # type: ignore[arg-type]
-            out = self(*model_args, **model_kwargs)
-            if incl_bwd:
-                if not (isinstance(out, Tensor) and out.numel() == 1):
-                    raise ValueError(
-                        "run_with_cache(incl_bwd=True) needs a scalar output to call backward() on; "
-                        "pass return_type='loss'"
-                    )
-                out.backward()
+        explicit = _EXPLICIT.set(True)  # the same path whichever hooks are cached (see explicit_paths)
+        try:
+            with self.hooks(fwd, bwd, reset_hooks_end):  # type: ignore[arg-type]
+                out = self(*model_args, **model_kwargs)
+                if incl_bwd:
+                    if not (isinstance(out, Tensor) and out.numel() == 1):
+                        raise ValueError(
+                            "run_with_cache(incl_bwd=True) needs a scalar output to call backward() on; "
+                            "pass return_type='loss'"
+                        )
+                    out.backward()
+        finally:
+            _EXPLICIT.reset(explicit)
         # The order in which the activations were made (as transformer-lens' cache), then the gradients in that order.
         made = {name: i for i, name in enumerate(n for n in store if not n.endswith("_grad"))}
         ordered = dict(

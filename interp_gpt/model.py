@@ -95,7 +95,7 @@ class LayerNorm(nn.Module):
 
     def forward(self, x: Resid) -> Resid:
         if not (self.hook_scale.has_hooks or self.hook_normalized.has_hooks or explicit_paths()):
-            # Fast path, same maths in one fused kernel, in a run with no hook (hooks.one_path).
+            # Fast path, same maths in one fused kernel, when nobody looks at the pieces (nor caches: hooks.py).
             w, b = (self.w, self.b) if self.has_params else (None, None)
             return F.layer_norm(x, x.shape[-1:], w, b, self.eps)
         x = x - x.mean(-1, keepdim=True)
@@ -207,7 +207,7 @@ class Attention(nn.Module):
                 v, pattern, "batch k_pos n_heads d_head, batch n_heads q_pos k_pos -> batch q_pos n_heads d_head"
             )
         else:
-            # A run with no hook (hooks.one_path): let PyTorch's fused kernel compute the
+            # Nobody hooks the scores or the pattern, nor caches (hooks.py): let PyTorch's fused kernel compute the
             # same softmax(q k^T / sqrt(d_head)) v without materialising [q_pos, k_pos].
             z = F.scaled_dot_product_attention(
                 q.transpose(1, 2),
@@ -367,18 +367,6 @@ class GPT(GenerationMixin, TextMixin, StackedWeightsMixin, PretrainedMixin, Proc
             self.init_weights(cfg.seed)  # cfg.seed None: torch's global generator
         self.setup_hooks()
 
-    def init_weights(self, seed: int | None = None) -> None:
-        """GPT-2's initialisation: weights ~ N(0, init_range), biases 0, LayerNorm weight 1."""
-        gen = torch.Generator().manual_seed(seed) if seed is not None else None
-        for name, p in self.named_parameters():
-            with torch.no_grad():
-                if name.split(".")[-1].startswith("W_"):
-                    p.copy_(torch.randn(p.shape, generator=gen) * self.cfg.init_range)
-                elif name.endswith(".w"):
-                    p.fill_(1.0)
-                else:
-                    p.zero_()
-
     # ----- forward ---------------------------------------------------------
     def forward(
         self,
@@ -414,7 +402,7 @@ class GPT(GenerationMixin, TextMixin, StackedWeightsMixin, PretrainedMixin, Proc
         if past_kv_cache is not None and (start_at_layer is not None or stop is not None):
             raise ValueError("past_kv_cache cannot be combined with start_at_layer / stop_at_layer")
         shortformer = self.cfg.positional_embedding_type == "shortformer"
-        with rollback_on_error(past_kv_cache), self.one_path():  # an error restores the KV cache; see one_path
+        with rollback_on_error(past_kv_cache):  # a forward cut short (an error, Ctrl-C) leaves the cache as it was
             if start_at_layer is None:
                 tokens, attention_mask = self._tokens_and_mask(input, prepend_bos, padding_side, attention_mask, past)
                 if past_kv_cache is not None:  # the mask then covers the cached positions too
