@@ -30,6 +30,7 @@ from .factored import FactoredMatrix
 from .generation import GenerationMixin, KVCache, rollback_on_error
 from .hooked_gpt import HookedGPT
 from .hooks import HookPoint, explicit_paths
+from .named_tokenizer import tokenizer_by_name
 from .pretrained import PretrainedMixin
 from .processing_methods import ProcessingMixin
 from .splicing import SplicingMixin
@@ -354,7 +355,10 @@ class GPT(GenerationMixin, TextMixin, StackedWeightsMixin, PretrainedMixin, Proc
     def __init__(self, cfg: Config, tokenizer: Tokenizer | None = None):
         super().__init__()
         self.cfg = cfg
-        self.tokenizer = tokenizer
+        # No tokenizer given: the one cfg.tokenizer_name names, as transformer-lens loads it (named_tokenizer.py).
+        self.tokenizer = (
+            tokenizer_by_name(cfg.tokenizer_name) if tokenizer is None and cfg.tokenizer_name else tokenizer
+        )
         self.embed = Embed(cfg)
         self.hook_embed = HookPoint()  # [batch, posn, d_model]
         self.pos_embed = PosEmbed(cfg)

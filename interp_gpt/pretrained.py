@@ -108,8 +108,12 @@ class PretrainedMixin:
         sd = process_weights(sd, cfg, fold_ln, center_writing_weights, center_unembed, fold_value_biases, inplace=True)
         if refactor_factored_attn_matrices:
             _refactor(sd, cfg)
-        with torch.device("meta"):
-            model: GPT = cls(cfg)
+        name, cfg.tokenizer_name = cfg.tokenizer_name, None  # built without one: the checkpoint's own comes below
+        try:
+            with torch.device("meta"):
+                model: GPT = cls(cfg)
+        finally:
+            cfg.tokenizer_name = name
         expected = dict(model.named_parameters())
         _raise_if_bad(cfg.model_name, sorted(set(expected) - set(sd)), sorted(set(sd) - set(expected)), [])
         model.load_state_dict(sd, strict=False, assign=True)

@@ -106,21 +106,22 @@ def to_numpy(tensor: Any) -> np.ndarray:
     )
 
 
-def get_device() -> torch.device:
-    """The best device this machine has: "cuda" when a CUDA GPU is available, else "mps" on Apple silicon
-    when `TRANSFORMERLENS_ALLOW_MPS=1` is set (transformer-lens' opt-in: MPS has known correctness issues),
-    else "cpu". As transformer-lens' `utils.get_device`, so `model.to(utils.get_device())` ports.
+def get_device() -> str:
+    """The best device this machine has, as transformer-lens 3.9's `utils.get_device` names it: "cuda" when
+    a CUDA GPU is available, else "mps" on Apple silicon when `TRANSFORMERLENS_ALLOW_MPS=1` is set
+    (transformer-lens' opt-in: MPS has known correctness issues), else "cpu". So `model.to(utils.get_device())`
+    ports.
 
     Example:
-        >>> get_device().type in ("cuda", "mps", "cpu")
+        >>> get_device() in ("cuda", "mps", "cpu")
         True
     """
     if torch.cuda.is_available():
-        return torch.device("cuda")
+        return "cuda"
     mps = getattr(torch.backends, "mps", None)
     if mps is not None and mps.is_available() and os.environ.get("TRANSFORMERLENS_ALLOW_MPS", "") == "1":
-        return torch.device("mps")
-    return torch.device("cpu")
+        return "mps"
+    return "cpu"
 
 
 def get_corner(tensor: Any, n: int = 3) -> Any:
