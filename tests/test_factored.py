@@ -110,6 +110,7 @@ def test_eigenvalues_match_as_sets(name: str) -> None:
     ours, tl = _pair(name)
     mine, theirs = ours.eigenvalues, tl.eigenvalues
     assert mine.shape == theirs.shape == (*ours.shape[:-2], ours.mdim)
+    assert torch.allclose(mine, theirs, atol=TOL, rtol=0)  # in transformer-lens' order, too
     gaps = (mine[..., :, None] - theirs[..., None, :]).abs()
     assert gaps.min(-1).values.max() < TOL and gaps.min(-2).values.max() < TOL
     # and each is an eigenvalue of the full product AB, computed independently of both classes.
