@@ -549,6 +549,11 @@ def test_cache_keys_take_0d_integer_tensors_as_layers(tiny_model, tiny_tokens):
         assert torch.equal(cache["attn", layer], cache["pattern", int(layer)])
         assert ("resid_post", layer) in cache
     assert torch.equal(cache["scale", torch.tensor(-1), "ln1"], cache["blocks.1.ln1.hook_scale"])
+    one = torch.tensor(1)  # and wherever else a layer or head is an argument
+    assert torch.equal(tiny_model(tiny_tokens, stop_at_layer=one), tiny_model(tiny_tokens, stop_at_layer=1))
+    assert torch.equal(cache.accumulated_resid(layer=one), cache.accumulated_resid(layer=1))
+    assert torch.equal(cache.stack_head_results(layer=one), cache.stack_head_results(layer=1))
+    assert torch.equal(tiny_model.OV[one, one].AB, tiny_model.OV[1, 1].AB)
     with pytest.raises(KeyError, match="out of range, layers are 0..1"):
         cache["attn", torch.tensor(2)]
     with pytest.raises(KeyError, match="is not an int"):
