@@ -22,7 +22,7 @@ from .compare import (
 )
 from .config import PRESETS, Config, preset
 from .factored import FactoredMatrix
-from .hooks import HookedModule, HookPoint
+from .hooks import HookedModule, HookedRootModule, HookPoint
 from .loading import (
     CheckpointError,
     from_pretrained,
@@ -39,6 +39,7 @@ __all__ = [
     "PRESETS",
     "preset",
     "HookPoint",
+    "HookedRootModule",
     "HookedModule",
     "ActivationCache",
     "CheckpointError",

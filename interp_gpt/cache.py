@@ -70,7 +70,13 @@ class ActivationCache(Mapping[str, Tensor]):
             layer = rest[0] if rest else None
             if layer is not None:
                 n_layers = self.model.cfg.n_layers
-                if not isinstance(layer, int) or not -n_layers <= layer < n_layers:
+                try:  # an int, a numpy int or a 0-d integer tensor (as a loop over torch.arange gives)
+                    layer = check_int(layer, "layer")
+                except TypeError:
+                    raise KeyError(
+                        f"cache[{key!r}]: layer {layer!r} is not an int, layers are 0..{n_layers - 1}"
+                    ) from None
+                if not -n_layers <= layer < n_layers:
                     raise KeyError(f"cache[{key!r}]: layer {layer!r} is out of range, layers are 0..{n_layers - 1}")
                 layer %= n_layers
             return get_act_name(name, layer, rest[1] if len(rest) > 1 else None)

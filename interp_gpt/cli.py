@@ -27,6 +27,7 @@ stderr and exit status 2.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import shutil
@@ -78,7 +79,7 @@ def random_gpt2_small(seed: int = 0, folder: str | os.PathLike | None = None) ->
     if (folder / "model.safetensors").exists() and (folder / "config.json").exists():
         return folder
     with torch.device("meta"):
-        model = GPT(preset("gpt2"))
+        model = GPT(dataclasses.replace(preset("gpt2"), tokenizer_name=None))  # weights only: no tokenizer to load
     model = model.to_empty(device="cpu")
     model.init_weights(seed)
     gen = torch.Generator().manual_seed(seed + 1)

@@ -42,7 +42,10 @@ class Config:
     normalization_type: Literal["LN", "LNPre"] | None = "LN"
     init_range: float = 0.02  # std of the normal init, GPT-2's value
     model_name: str = "custom"
-    tokenizer_name: str | None = "gpt2"  # which tokenizer `GPT.from_pretrained` attaches
+    # The tokenizer `GPT(cfg)` loads (transformer-lens' field and default): a hub id such as
+    # "EleutherAI/gpt-neox-20b" (from the local Hugging Face cache first), a folder, "gpt2" or a shipped
+    # model's name; None: no tokenizer (token ids only). `from_pretrained` attaches the checkpoint's own.
+    tokenizer_name: str | None = None
     default_prepend_bos: bool = True  # as transformer-lens does for GPT-2
     # Opt-in hook points (off by default because they cost memory or time):
     use_attn_result: bool = False  # attn.hook_result [batch, pos, head, d_model]
@@ -186,11 +189,11 @@ def as_float_dtype(dtype: Any, arg: str = "dtype") -> torch.dtype:
 
 # The five GPT-2 checkpoints OpenAI / Hugging Face publish. d_head is 64 in all of them.
 PRESETS: dict[str, Config] = {
-    "gpt2": Config(n_layers=12, d_model=768, n_heads=12, model_name="gpt2"),
-    "gpt2-medium": Config(n_layers=24, d_model=1024, n_heads=16, model_name="gpt2-medium"),
-    "gpt2-large": Config(n_layers=36, d_model=1280, n_heads=20, model_name="gpt2-large"),
-    "gpt2-xl": Config(n_layers=48, d_model=1600, n_heads=25, model_name="gpt2-xl"),
-    "distilgpt2": Config(n_layers=6, d_model=768, n_heads=12, model_name="distilgpt2"),
+    "gpt2": Config(n_layers=12, d_model=768, n_heads=12, model_name="gpt2", tokenizer_name="gpt2"),
+    "gpt2-medium": Config(n_layers=24, d_model=1024, n_heads=16, model_name="gpt2-medium", tokenizer_name="gpt2"),
+    "gpt2-large": Config(n_layers=36, d_model=1280, n_heads=20, model_name="gpt2-large", tokenizer_name="gpt2"),
+    "gpt2-xl": Config(n_layers=48, d_model=1600, n_heads=25, model_name="gpt2-xl", tokenizer_name="gpt2"),
+    "distilgpt2": Config(n_layers=6, d_model=768, n_heads=12, model_name="distilgpt2", tokenizer_name="gpt2"),
 }
 
 

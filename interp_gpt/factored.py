@@ -154,7 +154,8 @@ class FactoredMatrix:
         return FactoredMatrix(self._B.transpose(-2, -1), self._A.transpose(-2, -1))
 
     def __repr__(self) -> str:
-        return f"FactoredMatrix(shape={tuple(self.shape)}, mdim={self.mdim}, dtype={self._A.dtype})"
+        # transformer-lens' printed form, word for word (notebooks print it)
+        return f"FactoredMatrix: Shape({self.shape}), Hidden Dim({self.mdim})"
 
     # ------------------------------------------------------------------
     # products

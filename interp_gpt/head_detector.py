@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import difflib
 import logging
+import operator
 from collections import defaultdict
 from typing import Any, Literal, Union, get_args
 
@@ -146,12 +147,25 @@ def _layer_to_heads(heads: Any, n_layers: int, n_heads: int) -> dict[int, list[i
             f"detect_head: heads must be None, a list of (layer, head) pairs or a dict layer -> [head, ...], got {heads!r}"
         )
     layer2heads: dict[int, list[int]] = defaultdict(list)
-    for layer, head in pairs:
-        for arg, value, size in (("layer", layer, n_layers), ("head", head, n_heads)):
-            if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < size:
+    for pair in pairs:
+        checked = []
+        for arg, value, size in zip(("layer", "head"), pair, (n_layers, n_heads), strict=True):
+            index = _as_int(value)  # an int, a numpy int or a 0-d integer tensor
+            if index is None or not 0 <= index < size:
                 raise ValueError(f"detect_head: heads holds {arg} {value!r}; {arg}s are 0..{size - 1}")
-        layer2heads[layer].append(head)
+            checked.append(index)
+        layer2heads[checked[0]].append(checked[1])
     return layer2heads
+
+
+def _as_int(value: Any) -> int | None:
+    """`value` as an int (an int, a numpy int or a 0-d integer tensor; never a bool), else None."""
+    if isinstance(value, bool):
+        return None
+    try:
+        return operator.index(value)
+    except TypeError:
+        return None
 
 
 def detect_head(

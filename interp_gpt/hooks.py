@@ -25,16 +25,26 @@ import threading
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal, Union
+from typing import Any, Literal, Union
 
 import torch
 from torch import Tensor, nn
 
 from .slices import Slice, slice_index
 
-if TYPE_CHECKING:
-    from .config import Config
+# One path per cache: inside `run_with_cache` every activation is computed by the explicit maths (LayerNorm
+# written out, attention through its pattern), whichever hooks the cache watches, so an activation is
+# bit-identical however it was cached (a names_filter, stop_at_layer, a full cache). Outside a cache the
+# model takes the fused kernels (F.layer_norm, scaled_dot_product_attention) wherever no hook watches.
+_EXPLICIT: ContextVar[bool] = ContextVar("interp_gpt_explicit_paths", default=False)
+
+
+def explicit_paths() -> bool:
+    """Whether a `run_with_cache` is running in this thread (the model then takes its explicit paths)."""
+    return _EXPLICIT.get()
+
 
 HookFn = Callable[..., Union[Tensor, None]]
 NameFilter = Union[None, str, Sequence[str], Callable[[str], bool]]
@@ -268,8 +278,8 @@ class HookedModule(nn.Module):
                 msg += "; see model.hook_dict for the names"
         return KeyError(msg)
 
-    def hook_points(self, name_or_filter: NameFilter, arg: str = "name") -> list[HookPoint]:
-        """The hook points a name, a list of names, a predicate or None (all) selects."""
+    def hook_points(self, name_or_filter: NameFilter = None, arg: str = "name") -> list[HookPoint]:
+        """The hook points a name, a list of names, a predicate or None (all, transformer-lens' `hook_points()`) selects."""
         if name_or_filter is None:
             return list(self.hook_dict.values())
         if isinstance(name_or_filter, str):
@@ -437,21 +447,56 @@ class HookedModule(nn.Module):
 
         fwd = [(hp.name, save(hp.name)) for hp in points]
         bwd = [(hp.name, save(hp.name + "_grad")) for hp in points] if incl_bwd else []
-        with self.hooks(fwd, bwd, reset_hooks_end):  # type: ignore[arg-type]
-            out = self(*model_args, **model_kwargs)
-            if incl_bwd:
-                if not (isinstance(out, Tensor) and out.numel() == 1):
-                    raise ValueError(
-                        "run_with_cache(incl_bwd=True) needs a scalar output to call backward() on; "
-                        "pass return_type='loss'"
-                    )
-                out.backward()
-        # Keep the order of the hook points (the order of the forward pass).
-        order = {hp.name: i for i, hp in enumerate(self.hook_dict.values())}
+        explicit = _EXPLICIT.set(True)  # the same path whichever hooks are cached (see explicit_paths)
+        try:
+            with self.hooks(fwd, bwd, reset_hooks_end):  # type: ignore[arg-type]
+                out = self(*model_args, **model_kwargs)
+                if incl_bwd:
+                    if not (isinstance(out, Tensor) and out.numel() == 1):
+                        raise ValueError(
+                            "run_with_cache(incl_bwd=True) needs a scalar output to call backward() on; "
+                            "pass return_type='loss'"
+                        )
+                    out.backward()
+        finally:
+            _EXPLICIT.reset(explicit)
+        # The order in which the activations were made (as transformer-lens' cache), then the gradients in that order.
+        made = {name: i for i, name in enumerate(n for n in store if not n.endswith("_grad"))}
         ordered = dict(
-            sorted(store.items(), key=lambda kv: (kv[0].endswith("_grad"), order.get(kv[0].removesuffix("_grad"), 0)))
+            sorted(store.items(), key=lambda kv: (kv[0].endswith("_grad"), made.get(kv[0].removesuffix("_grad"), 0)))
         )
         return out, ActivationCache(ordered, self, has_batch_dim=not remove_batch_dim)
+
+
+class HookedRootModule(HookedModule):
+    """transformer-lens' base class for a hooked module of your own: declare `HookPoint`s in `__init__`,
+    call `self.setup()` at its end (it names every hook point by its module path and builds `hook_dict`),
+    and the module has `run_with_hooks`, `run_with_cache`, `hooks()`, `add_hook` and `reset_hooks`.
+
+    Example (transformer-lens' Main Demo):
+        >>> class SquareThenAdd(nn.Module):
+        ...     def __init__(self, offset):
+        ...         super().__init__()
+        ...         self.offset = nn.Parameter(torch.tensor(offset))
+        ...         self.hook_square = HookPoint()
+        ...     def forward(self, x):
+        ...         return self.offset + self.hook_square(x * x)
+        >>> class TwoLayerModel(HookedRootModule):
+        ...     def __init__(self):
+        ...         super().__init__()
+        ...         self.layer1, self.layer2 = SquareThenAdd(3.0), SquareThenAdd(-4.0)
+        ...         self.hook_in, self.hook_mid, self.hook_out = HookPoint(), HookPoint(), HookPoint()
+        ...         self.setup()
+        ...     def forward(self, x):
+        ...         return self.hook_out(self.layer2(self.hook_mid(self.layer1(self.hook_in(x)))))
+        >>> out, cache = TwoLayerModel().run_with_cache(torch.tensor(5.0))
+        >>> out.item(), list(cache)
+        (780.0, ['hook_in', 'layer1.hook_square', 'hook_mid', 'layer2.hook_square', 'hook_out'])
+    """
+
+    def setup(self) -> None:
+        """Find the hook points, name them and build `hook_dict` (transformer-lens' name for `setup_hooks`)."""
+        self.setup_hooks()
 
 
 def _pos_axis(name: str, ndim: int) -> int:
@@ -463,99 +508,3 @@ def _pos_axis(name: str, ndim: int) -> int:
     batch axis cut that way, where here they too are cut along their positions.
     """
     return (2 if name.removesuffix("_grad").endswith(("hook_pattern", "hook_attn_scores")) else 1) - ndim
-
-
-# Opt-in hook points exist only while their Config flag is on (as in transformer-lens);
-# asking for one while it is off gives an error that names the flag.
-_OPT_IN_HOOKS = {
-    "attn.hook_result": "use_attn_result",
-    "hook_attn_in": "use_attn_in",
-    "hook_q_input": "use_split_qkv_input",
-    "hook_k_input": "use_split_qkv_input",
-    "hook_v_input": "use_split_qkv_input",
-    "hook_mlp_in": "use_hook_mlp_in",
-    "hook_tokens": "use_hook_tokens",
-}
-
-
-def _opt_in_flag(hook_name: str) -> str | None:
-    for suffix, flag in _OPT_IN_HOOKS.items():
-        if hook_name == suffix or hook_name.endswith("." + suffix):
-            return flag
-    return None
-
-
-class HookedGPT(HookedModule):
-    """`HookedModule` with GPT-2's opt-in hook points (each behind a `Config` flag, as in
-    transformer-lens) and a `run_with_cache` that stops the forward after the last cached layer."""
-
-    cfg: Config
-
-    def setup_hooks(self) -> None:
-        super().setup_hooks()
-        all_points = self._all_hook_points
-        for name in list(self.hook_dict):
-            flag = _opt_in_flag(name)
-            if flag and not getattr(self.cfg, flag):
-                del self.hook_dict[name]
-        self._all_hook_points = all_points
-        self._hook_names = list(self.hook_dict)
-
-    def _unknown_hook_error(self, name: str) -> KeyError:
-        flag = _opt_in_flag(name)
-        if self.cfg.attn_only and re.search(r"\.(mlp|ln2)\.|hook_(mlp_in|mlp_out|resid_mid)$", name):
-            return KeyError(f"no hook point {name!r}: this model has attn_only=True (no MLP, ln2 or resid_mid)")
-        if self.cfg.normalization_type is None and re.search(r"\bln(1|2|_final)\.hook_", name):
-            return KeyError(f"no hook point {name!r}: this model has normalization_type=None (no LayerNorm hooks)")
-        if flag and not getattr(self.cfg, flag):
-            return KeyError(
-                f"hook point {name!r} is opt-in and off: set cfg.{flag}=True (model.set_{flag}(True)) to create it"
-            )
-        return super()._unknown_hook_error(name)
-
-    def _set_flag(self, flag: str, value: bool) -> None:
-        setattr(self.cfg, flag, bool(value))
-        self.setup_hooks()
-
-    def set_use_attn_result(self, value: bool) -> None:
-        """Compute and expose each head's output, `blocks.L.attn.hook_result` [batch, posn, head, d_model]."""
-        self._set_flag("use_attn_result", value)
-
-    def set_use_split_qkv_input(self, value: bool) -> None:
-        """Give each head its own copy of its Q/K/V input (`hook_q_input` etc.)."""
-        self._set_flag("use_split_qkv_input", value)
-
-    def set_use_attn_in(self, value: bool) -> None:
-        """Expose the attention input per head as `blocks.L.hook_attn_in`."""
-        self._set_flag("use_attn_in", value)
-
-    def set_use_hook_mlp_in(self, value: bool) -> None:
-        """Expose the MLP's input as `blocks.L.hook_mlp_in`."""
-        if value and self.cfg.attn_only:
-            raise ValueError("set_use_hook_mlp_in(True): this model has attn_only=True, so no MLP input to hook")
-        self._set_flag("use_hook_mlp_in", value)
-
-    def run_with_cache(self, *model_args: Any, names_filter: Any = None, **kwargs: Any) -> tuple[Any, Any]:
-        """Run the model and cache activations (see `HookedModule.run_with_cache`).
-
-        With `return_type=None` nothing downstream of the cached hooks is needed, so the
-        forward pass stops after the last layer the filter selects: caching layer 3 of
-        12 runs 4 blocks. The output is then None.
-
-        Example:
-            >>> _, cache = model.run_with_cache(tokens, names_filter="blocks.3.attn.hook_pattern", return_type=None)
-        """
-        stop = None
-        if (
-            kwargs.get("return_type", "logits") is None
-            and kwargs.get("stop_at_layer") is None
-            and not kwargs.get("incl_bwd")
-        ):
-            names = [hp.name for hp in self.hook_points(names_filter, arg="names_filter")]
-            layers = [int(n.split(".")[1]) if n.startswith("blocks.") else self.cfg.n_layers for n in names]
-            if names and max(layers) < self.cfg.n_layers - 1 and kwargs.get("start_at_layer") is None:
-                stop = max(layers) + 1
-        if stop is None:
-            return super().run_with_cache(*model_args, names_filter=names_filter, **kwargs)
-        _, cache = super().run_with_cache(*model_args, names_filter=names_filter, stop_at_layer=stop, **kwargs)
-        return None, cache

@@ -28,7 +28,9 @@ from .checks import check_layer, check_resid
 from .config import Config
 from .factored import FactoredMatrix
 from .generation import GenerationMixin, KVCache, rollback_on_error
-from .hooks import HookedGPT, HookPoint
+from .hooked_gpt import HookedGPT
+from .hooks import HookPoint, explicit_paths
+from .named_tokenizer import tokenizer_by_name
 from .pretrained import PretrainedMixin
 from .processing_methods import ProcessingMixin
 from .splicing import SplicingMixin
@@ -93,8 +95,8 @@ class LayerNorm(nn.Module):
         self.hook_normalized = HookPoint()  # [batch, posn, d_model] (or with n_heads)
 
     def forward(self, x: Resid) -> Resid:
-        if not (self.hook_scale.has_hooks or self.hook_normalized.has_hooks):
-            # Fast path, same maths in one fused kernel, when nobody looks at the pieces.
+        if not (self.hook_scale.has_hooks or self.hook_normalized.has_hooks or explicit_paths()):
+            # Fast path, same maths in one fused kernel, when nobody looks at the pieces (nor caches: hooks.py).
             w, b = (self.w, self.b) if self.has_params else (None, None)
             return F.layer_norm(x, x.shape[-1:], w, b, self.eps)
         x = x - x.mean(-1, keepdim=True)
@@ -119,14 +121,15 @@ class Attention(nn.Module):
         super().__init__()
         self.cfg = cfg
         h, d, dh = cfg.n_heads, cfg.d_model, cfg.d_head
+        # In transformer-lens' order (its named_parameters: W_Q, W_O, b_Q, b_O, then W_K, W_V, b_K, b_V).
         self.W_Q = nn.Parameter(torch.empty(h, d, dh))
-        self.W_K = nn.Parameter(torch.empty(h, d, dh))
-        self.W_V = nn.Parameter(torch.empty(h, d, dh))
         self.W_O = nn.Parameter(torch.empty(h, dh, d))
         self.b_Q = nn.Parameter(torch.zeros(h, dh))
+        self.b_O = nn.Parameter(torch.zeros(d))
+        self.W_K = nn.Parameter(torch.empty(h, d, dh))
+        self.W_V = nn.Parameter(torch.empty(h, d, dh))
         self.b_K = nn.Parameter(torch.zeros(h, dh))
         self.b_V = nn.Parameter(torch.zeros(h, dh))
-        self.b_O = nn.Parameter(torch.zeros(d))
         # Masked scores are set to -inf, so they get exactly zero probability.
         self.register_buffer("IGNORE", torch.tensor(float("-inf")))
         # An empty "mask" buffer as transformer-lens 3.x keeps, so state dicts move both ways with
@@ -186,7 +189,7 @@ class Attention(nn.Module):
         if attention_mask is not None:  # and never attend to padding
             allowed = allowed & attention_mask[:, None, None, :].bool()  # [batch, 1, q_pos, k_pos]
 
-        if self.hook_attn_scores.has_hooks or self.hook_pattern.has_hooks:
+        if self.hook_attn_scores.has_hooks or self.hook_pattern.has_hooks or explicit_paths():
             # q / sqrt(d_head) before the product (the same maths as scaling the scores, exactly
             # so for d_head = 64) and the mask written in place: on a long context each pass
             # over a fresh [batch, n_heads, q_pos, k_pos] tensor costs as much as a matmul.
@@ -205,7 +208,7 @@ class Attention(nn.Module):
                 v, pattern, "batch k_pos n_heads d_head, batch n_heads q_pos k_pos -> batch q_pos n_heads d_head"
             )
         else:
-            # Nobody hooks the scores or the pattern: let PyTorch's fused kernel compute the
+            # Nobody hooks the scores or the pattern, nor caches (hooks.py): let PyTorch's fused kernel compute the
             # same softmax(q k^T / sqrt(d_head)) v without materialising [q_pos, k_pos].
             z = F.scaled_dot_product_attention(
                 q.transpose(1, 2),
@@ -262,9 +265,10 @@ class TransformerBlock(nn.Module):
         self.cfg = cfg
         self.layer = layer
         self.ln1 = make_norm(cfg)
+        if not cfg.attn_only:  # transformer-lens' order again: ln1, ln2, attn, mlp
+            self.ln2 = make_norm(cfg)
         self.attn = Attention(cfg)
         if not cfg.attn_only:  # an attention-only block has no ln2, MLP, resid_mid or mlp hooks
-            self.ln2 = make_norm(cfg)
             self.mlp = MLP(cfg)
         self.hook_resid_pre = HookPoint()  # [batch, posn, d_model]
         self.hook_attn_in = HookPoint()  # [batch, posn, n_heads, d_model], opt-in: cfg.use_attn_in
@@ -351,7 +355,10 @@ class GPT(GenerationMixin, TextMixin, StackedWeightsMixin, PretrainedMixin, Proc
     def __init__(self, cfg: Config, tokenizer: Tokenizer | None = None):
         super().__init__()
         self.cfg = cfg
-        self.tokenizer = tokenizer
+        # No tokenizer given: the one cfg.tokenizer_name names, as transformer-lens loads it (named_tokenizer.py).
+        self.tokenizer = (
+            tokenizer_by_name(cfg.tokenizer_name) if tokenizer is None and cfg.tokenizer_name else tokenizer
+        )
         self.embed = Embed(cfg)
         self.hook_embed = HookPoint()  # [batch, posn, d_model]
         self.pos_embed = PosEmbed(cfg)
@@ -363,18 +370,6 @@ class GPT(GenerationMixin, TextMixin, StackedWeightsMixin, PretrainedMixin, Proc
         if not self.unembed.W_U.is_meta:  # a loader builds on "meta" and assigns the weights
             self.init_weights(cfg.seed)  # cfg.seed None: torch's global generator
         self.setup_hooks()
-
-    def init_weights(self, seed: int | None = None) -> None:
-        """GPT-2's initialisation: weights ~ N(0, init_range), biases 0, LayerNorm weight 1."""
-        gen = torch.Generator().manual_seed(seed) if seed is not None else None
-        for name, p in self.named_parameters():
-            with torch.no_grad():
-                if name.split(".")[-1].startswith("W_"):
-                    p.copy_(torch.randn(p.shape, generator=gen) * self.cfg.init_range)
-                elif name.endswith(".w"):
-                    p.fill_(1.0)
-                else:
-                    p.zero_()
 
     # ----- forward ---------------------------------------------------------
     def forward(

@@ -22,7 +22,37 @@ if TYPE_CHECKING:
 
 
 class PretrainedMixin:
-    """`from_pretrained` and `from_pretrained_no_processing`, transformer-lens' names."""
+    """`from_pretrained` and `from_pretrained_no_processing`, transformer-lens' names; `init_weights`."""
+
+    def init_weights(self, seed: int | None = None) -> None:
+        """GPT-2's initialisation: weights ~ N(0, init_range), biases 0, LayerNorm weight 1.
+
+        A seed gives the weights it has always given: the draws follow the order the parameters had
+        before they took transformer-lens' (each attention's W_O after its W_V, not after W_Q).
+
+        Example:
+            >>> a, b = GPT(Config(n_layers=1, d_model=8, n_heads=2, d_vocab=10, n_ctx=4)), GPT(Config(n_layers=1, d_model=8, n_heads=2, d_vocab=10, n_ctx=4))
+            >>> a.init_weights(seed=0); b.init_weights(seed=0); torch.equal(a.W_Q, b.W_Q)
+            True
+        """
+        model = cast("GPT", self)
+        params = dict(model.named_parameters())
+        order: list[str] = []
+        for name in params:
+            if not name.endswith("attn.W_O"):
+                order.append(name)
+            if name.endswith("attn.W_V"):
+                order.append(name.removesuffix("W_V") + "W_O")
+        gen = torch.Generator().manual_seed(seed) if seed is not None else None
+        with torch.no_grad():
+            for name in order:
+                p = params[name]
+                if name.split(".")[-1].startswith("W_"):
+                    p.copy_(torch.randn(p.shape, generator=gen) * model.cfg.init_range)
+                elif name.endswith(".w"):
+                    p.fill_(1.0)
+                else:
+                    p.zero_()
 
     @classmethod
     def from_pretrained(
@@ -78,8 +108,12 @@ class PretrainedMixin:
         sd = process_weights(sd, cfg, fold_ln, center_writing_weights, center_unembed, fold_value_biases, inplace=True)
         if refactor_factored_attn_matrices:
             _refactor(sd, cfg)
-        with torch.device("meta"):
-            model: GPT = cls(cfg)
+        name, cfg.tokenizer_name = cfg.tokenizer_name, None  # built without one: the checkpoint's own comes below
+        try:
+            with torch.device("meta"):
+                model: GPT = cls(cfg)
+        finally:
+            cfg.tokenizer_name = name
         expected = dict(model.named_parameters())
         _raise_if_bad(cfg.model_name, sorted(set(expected) - set(sd)), sorted(set(sd) - set(expected)), [])
         model.load_state_dict(sd, strict=False, assign=True)

@@ -16,7 +16,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from .hooks import HookedGPT
+from .hooked_gpt import HookedGPT
 from .processing import center_unembed as _center_unembed
 from .processing import center_writing_weights as _center_writing_weights
 from .processing import fold_layer_norm as _fold_layer_norm

@@ -10,6 +10,7 @@ from jaxtyping import Int
 from torch import Tensor
 
 from .checks import check_integer_tensor, check_mask, check_tokens
+from .utils import lm_cross_entropy_loss
 
 if TYPE_CHECKING:
     from .config import Config
@@ -142,9 +143,52 @@ class TextMixin:
             )
         return tok.decode_each(ids)
 
-    def to_string(self, tokens: Tensor | list[int]) -> str | list[str]:
-        """Decode token ids: `[posn]` to a string, `[batch, posn]` to a list of strings."""
+    def loss_fn(
+        self,
+        logits: Tensor,
+        tokens: Tensor,
+        attention_mask: Tensor | None = None,
+        per_token: bool = False,
+    ) -> Tensor:
+        """Next-token cross-entropy of `logits` [batch, posn, d_vocab] on `tokens` [batch, posn], as
+        transformer-lens' `model.loss_fn` (what `forward(return_type="loss")` returns): the mean, or with
+        `per_token` one loss per position [batch, posn - 1]; where `attention_mask` is 0 (padding) a position
+        neither predicts nor is predicted (its per-token loss is 0 and the mean leaves it out).
+
+        Example:
+            >>> model = GPT.from_pretrained("tiny-gpt2")
+            >>> tokens = model.to_tokens("the cat sat")
+            >>> torch.equal(model.loss_fn(model(tokens), tokens), model(tokens, return_type="loss"))
+            True
+        """
+        for arg, t in (("logits", logits), ("tokens", tokens)):
+            if not isinstance(t, Tensor):
+                raise TypeError(f"loss_fn: {arg} must be a tensor, got {type(t).__name__}")
+        if logits.ndim != 3 or tokens.shape != logits.shape[:2]:
+            raise ValueError(
+                f"loss_fn: logits must be [batch, posn, d_vocab] and tokens [batch, posn] with the same batch and posn, "
+                f"got logits {tuple(logits.shape)} and tokens {tuple(tokens.shape)}"
+            )
+        tokens = check_integer_tensor(tokens, "tokens").to(logits.device)
+        if attention_mask is not None:
+            attention_mask = check_mask(attention_mask, tuple(tokens.shape)).to(logits.device)
+        return lm_cross_entropy_loss(logits, tokens, attention_mask, per_token=bool(per_token))
+
+    def to_string(self, tokens: Tensor | list[int] | int) -> str | list[str]:
+        """Decode token ids: one id (an int or a 0-d tensor) or `[posn]` to a string, `[batch, posn]`
+        to a list of strings, as transformer-lens' `to_string`.
+
+        Example:
+            >>> model = GPT.from_pretrained("tiny-gpt2")
+            >>> tokens = model.to_tokens("the cat")[0, 1:]
+            >>> model.to_string(tokens), model.to_string(int(tokens[0])), model.to_string(tokens[0])
+            ('the cat', 'the', 'the')
+        """
         tok = self._require_tokenizer()
+        if isinstance(tokens, np.ndarray):
+            tokens = torch.from_numpy(tokens)
+        if not isinstance(tokens, (Tensor, list, tuple)):  # one id: an int, a numpy int (bools are refused)
+            return tok.decode(tokens)
         if isinstance(tokens, Tensor) and tokens.ndim == 2:
             return [tok.decode(row.tolist()) for row in tokens]
         return tok.decode(tokens.tolist() if isinstance(tokens, Tensor) else list(tokens))

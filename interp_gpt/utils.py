@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import os
 import re
 from typing import Any
 
@@ -11,7 +12,7 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
-from .checks import check_int_in_range
+from .checks import check_int, check_int_in_range
 from .factored import FactoredMatrix
 from .slices import Slice  # noqa: F401 (transformer-lens offers it as utils.Slice)
 
@@ -46,9 +47,13 @@ def get_act_name(name: str, layer: int | None = None, layer_type: str | None = N
         'blocks.5.mlp.hook_pre'
         >>> get_act_name("scale")
         'ln_final.hook_scale'
+        >>> get_act_name("pattern", torch.tensor(3))
+        'blocks.3.attn.hook_pattern'
     """
     if not isinstance(name, str):
         raise TypeError(f"get_act_name: name must be a str, got {type(name).__name__}")
+    if layer is not None:  # an int, a numpy int or a 0-d integer tensor (a loop over torch.arange gives those)
+        layer = check_int(layer, "layer", caller="get_act_name")
     if ("." in name or name.startswith("hook_")) and layer is None and layer_type is None:
         return name  # already a full name
     if layer is not None and layer_type is None and name.startswith(f"blocks.{layer}."):
@@ -99,6 +104,39 @@ def to_numpy(tensor: Any) -> np.ndarray:
         f"to_numpy: tensor must be a torch tensor, a numpy array, a list or tuple, or a number, bool or str; "
         f"got {type(tensor).__name__}"
     )
+
+
+def get_device() -> str:
+    """The best device this machine has, as transformer-lens 3.9's `utils.get_device` names it: "cuda" when
+    a CUDA GPU is available, else "mps" on Apple silicon when `TRANSFORMERLENS_ALLOW_MPS=1` is set
+    (transformer-lens' opt-in: MPS has known correctness issues), else "cpu". So `model.to(utils.get_device())`
+    ports.
+
+    Example:
+        >>> get_device() in ("cuda", "mps", "cpu")
+        True
+    """
+    if torch.cuda.is_available():
+        return "cuda"
+    mps = getattr(torch.backends, "mps", None)
+    if mps is not None and mps.is_available() and os.environ.get("TRANSFORMERLENS_ALLOW_MPS", "") == "1":
+        return "mps"
+    return "cpu"
+
+
+def get_corner(tensor: Any, n: int = 3) -> Any:
+    """The top-left `n x n x ...` corner of a tensor or a FactoredMatrix (its first `n` entries along
+    every axis), as transformer-lens' `utils.get_corner`: a small piece to print.
+
+    Example:
+        >>> get_corner(torch.arange(16).reshape(4, 4), 2)
+        tensor([[0, 1],
+                [4, 5]])
+    """
+    n = check_int_in_range(n, "n", 0, None, caller="get_corner")
+    if not isinstance(tensor, (Tensor, FactoredMatrix)):
+        raise TypeError(f"get_corner: tensor must be a torch tensor or a FactoredMatrix, got {type(tensor).__name__}")
+    return tensor[tuple(slice(n) for _ in range(tensor.ndim))]
 
 
 def lm_cross_entropy_loss(

@@ -71,10 +71,29 @@ def tiny_model(tiny_cfg: Config) -> GPT:
     model.init_weights(seed=0)
     gen = torch.Generator().manual_seed(1)
     with torch.no_grad():
-        for name, p in model.named_parameters():
+        for name, p in legacy_order(model):
             if not name.split(".")[-1].startswith("W_"):
                 p.add_(0.1 * torch.randn(p.shape, generator=gen))
     return model.eval()
+
+
+_BLOCK_RANK = {"ln1": 0, "attn": 1, "ln2": 2, "mlp": 3}
+_ATTN_RANK = {name: i for i, name in enumerate(["W_Q", "W_K", "W_V", "W_O", "b_Q", "b_K", "b_V", "b_O"])}
+
+
+def legacy_order(model: GPT) -> list[tuple[str, torch.nn.Parameter]]:
+    """`model.named_parameters()` in the order they had before they took transformer-lens' (ln1, attn,
+    ln2, mlp; W_Q, W_K, W_V, W_O, b_Q ...), so a fixture that draws noise per parameter gives the
+    numbers its tests were written against."""
+
+    def key(item: tuple[int, tuple[str, torch.nn.Parameter]]) -> tuple[int, ...]:
+        i, (name, _) = item
+        parts = name.split(".")
+        if parts[0] != "blocks":
+            return (0 if parts[0] in ("embed", "pos_embed") else 2, i)
+        return (1, int(parts[1]), _BLOCK_RANK[parts[2]], _ATTN_RANK.get(parts[-1], i) if parts[2] == "attn" else i)
+
+    return [item for _, item in sorted(enumerate(model.named_parameters()), key=key)]
 
 
 @pytest.fixture

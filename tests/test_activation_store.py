@@ -200,7 +200,8 @@ def test_harvest_writes_shards_and_a_manifest(model: GPT, corpus_file: Path, tmp
     assert m["d_in"] == {HOOK: 128} and m["config"]["model"]["name"] == "tiny-gpt2"
     acts = load_harvest(tmp_path / "a")
     tokens = torch.stack(list(text.TokenWindows(model.tokenizer, corpus_file, 32)))[:21]
-    _, cache = model.run_with_cache(tokens, names_filter=HOOK)
+    cache: dict[str, torch.Tensor] = {}  # a hook as the store's (a cache computes on the explicit path: hooks.py)
+    model.run_with_hooks(tokens, fwd_hooks=[(HOOK, lambda x, hook: cache.update({HOOK: x.detach().clone()}))])
     torch.testing.assert_close(acts[HOOK], cache[HOOK].reshape(-1, 128), rtol=0, atol=1e-6)
     assert torch.equal(acts["tokens"], tokens.flatten().int()) and torch.equal(acts["token_index"], torch.arange(672))
     mtimes = [p.stat().st_mtime_ns for p in (tmp_path / "a").iterdir()]

@@ -520,3 +520,53 @@ def test_apply_slice_to_batch_dim_and_toggle_autodiff_as_in_transformer_lens(tin
         torch.set_grad_enabled(True)
     with pytest.raises(TypeError, match="mode must be True or False"):
         cache.toggle_autodiff("no")  # type: ignore[arg-type]
+
+
+# ----------------------------------------------------------------------------
+# One path per cache, 0-d tensor keys, the order activations were made (issue 28)
+# ----------------------------------------------------------------------------
+def test_an_activation_is_bit_identical_however_it_was_cached(tiny_model, tiny_tokens):
+    """transformer-lens' Main Demo asserts torch.equal between a pattern cached with stop_at_layer and a
+    names_filter and the same pattern from a full run: every way of caching takes the same path."""
+    _, full = tiny_model.run_with_cache(tiny_tokens)
+    names = ["blocks.0.attn.hook_pattern", "blocks.1.attn.hook_z", "blocks.1.hook_resid_post", "blocks.0.mlp.hook_post"]
+    for name in names:
+        layer = int(name.split(".")[1])
+        _, one = tiny_model.run_with_cache(tiny_tokens, names_filter=[name])
+        _, stopped = tiny_model.run_with_cache(tiny_tokens, names_filter=[name], stop_at_layer=layer + 1)
+        _, early = tiny_model.run_with_cache(tiny_tokens, names_filter=name, return_type=None)
+        for other in (one, stopped, early):
+            assert torch.equal(other[name], full[name]), name
+    _, logits_only = tiny_model.run_with_cache(tiny_tokens, names_filter="unembed.hook_out")
+    assert torch.equal(logits_only["unembed.hook_out"], full["unembed.hook_out"])
+    # ... and the no-hook forward still agrees with a cache within float error.
+    torch.testing.assert_close(tiny_model(tiny_tokens), full["unembed.hook_out"], atol=1e-5, rtol=1e-5)
+
+
+def test_cache_keys_take_0d_integer_tensors_as_layers(tiny_model, tiny_tokens):
+    _, cache = tiny_model.run_with_cache(tiny_tokens)
+    for layer in torch.arange(tiny_model.cfg.n_layers):  # as a loop over torch.arange gives them
+        assert torch.equal(cache["attn", layer], cache["pattern", int(layer)])
+        assert ("resid_post", layer) in cache
+    assert torch.equal(cache["scale", torch.tensor(-1), "ln1"], cache["blocks.1.ln1.hook_scale"])
+    one = torch.tensor(1)  # and wherever else a layer or head is an argument
+    assert torch.equal(tiny_model(tiny_tokens, stop_at_layer=one), tiny_model(tiny_tokens, stop_at_layer=1))
+    assert torch.equal(cache.accumulated_resid(layer=one), cache.accumulated_resid(layer=1))
+    assert torch.equal(cache.stack_head_results(layer=one), cache.stack_head_results(layer=1))
+    assert torch.equal(tiny_model.OV[one, one].AB, tiny_model.OV[1, 1].AB)
+    with pytest.raises(KeyError, match="out of range, layers are 0..1"):
+        cache["attn", torch.tensor(2)]
+    with pytest.raises(KeyError, match="is not an int"):
+        cache["attn", torch.tensor(1.0)]
+
+
+def test_the_cache_keeps_the_order_activations_were_made(tiny_model, tiny_tokens):
+    _, cache = tiny_model.run_with_cache(tiny_tokens, names_filter=lambda n: n.startswith("blocks.0."))
+    keys = list(cache)
+    assert (
+        keys.index("blocks.0.hook_resid_pre")
+        < keys.index("blocks.0.ln1.hook_scale")
+        < keys.index("blocks.0.attn.hook_q")
+    )
+    assert keys.index("blocks.0.hook_attn_out") < keys.index("blocks.0.ln2.hook_scale")
+    assert keys[-1] == "blocks.0.hook_resid_post"

@@ -75,7 +75,7 @@ def test_dimensions_and_products_match(name: str) -> None:
     _close(ours.get_corner(2), tl.get_corner(2))
     for scaled, tl_scaled in [(ours * 2.5, tl * 2.5), (2.5 * ours, 2.5 * tl), (ours * torch.tensor(-3.0), tl * -3.0)]:
         _close(scaled.AB, tl_scaled.AB)
-    assert str(tuple(ours.shape)) in repr(ours)
+    assert repr(ours) == repr(tl) == str(ours)  # transformer-lens' printed form
 
 
 @pytest.mark.parametrize("name", sorted(SHAPES))
@@ -110,6 +110,7 @@ def test_eigenvalues_match_as_sets(name: str) -> None:
     ours, tl = _pair(name)
     mine, theirs = ours.eigenvalues, tl.eigenvalues
     assert mine.shape == theirs.shape == (*ours.shape[:-2], ours.mdim)
+    assert torch.allclose(mine, theirs, atol=TOL, rtol=0)  # in transformer-lens' order, too
     gaps = (mine[..., :, None] - theirs[..., None, :]).abs()
     assert gaps.min(-1).values.max() < TOL and gaps.min(-2).values.max() < TOL
     # and each is an eigenvalue of the full product AB, computed independently of both classes.

@@ -54,7 +54,7 @@ def test_hook_returning_none_leaves_the_output_unchanged(tiny_model, tiny_tokens
     )
     assert calls == ["blocks.0.attn.hook_pattern"]
     # Compare with a run on the same (explicit-pattern) path: a None hook changes nothing at all.
-    same_path, _ = tiny_model.run_with_cache(tiny_tokens, names_filter="blocks.0.attn.hook_pattern")
+    same_path = tiny_model.run_with_hooks(tiny_tokens, fwd_hooks=[("blocks.0.attn.hook_pattern", lambda t, hook: t)])
     torch.testing.assert_close(out, same_path, atol=0, rtol=0)
 
 
@@ -607,3 +607,63 @@ def test_prepend_ctx_and_clear_contexts_as_in_transformer_lens(tiny_model: GPT, 
     assert point.ctx == {"calls": 2} and not point.fwd_hooks
     tiny_model.reset_hooks()
     assert point.ctx == {}
+
+
+# ----------------------------------------------------------------------------
+# A hooked module of one's own, and which path a forward takes (issue 28)
+# ----------------------------------------------------------------------------
+def test_a_hooked_root_module_of_ones_own_caches_and_patches():
+    """transformer-lens' Main Demo: a module with hook points, setup(), run_with_cache and run_with_hooks."""
+    from torch import nn
+
+    from interp_gpt import HookedRootModule
+
+    class SquareThenAdd(nn.Module):
+        def __init__(self, offset):
+            super().__init__()
+            self.offset = nn.Parameter(torch.tensor(offset))
+            self.hook_square = HookPoint()
+
+        def forward(self, x):
+            return self.offset + self.hook_square(x * x)
+
+    class TwoLayerModel(HookedRootModule):
+        def __init__(self):
+            super().__init__()
+            self.layer1, self.layer2 = SquareThenAdd(3.0), SquareThenAdd(-4.0)
+            self.hook_in, self.hook_mid, self.hook_out = HookPoint(), HookPoint(), HookPoint()
+            self.setup()
+
+        def forward(self, x):
+            return self.hook_out(self.layer2(self.hook_mid(self.layer1(self.hook_in(x)))))
+
+    model = TwoLayerModel()
+    out, cache = model.run_with_cache(torch.tensor(5.0))
+    assert out.item() == 780.0
+    assert [(k, cache[k].item()) for k in cache] == [
+        ("hook_in", 5.0), ("layer1.hook_square", 25.0), ("hook_mid", 28.0), ("layer2.hook_square", 784.0), ("hook_out", 780.0)
+    ]  # fmt: skip
+    patched = model.run_with_hooks(
+        torch.tensor(5.0), fwd_hooks=[("layer2.hook_square", lambda t, hook: torch.tensor(0.0))]
+    )
+    assert patched.item() == -4.0 and len(list(model.hook_points())) == 5
+    assert model.hook_dict["layer1.hook_square"].name == "layer1.hook_square"
+
+
+def test_only_a_cache_takes_the_explicit_paths_everywhere(tiny_model, tiny_tokens, monkeypatch):
+    """The fused attention runs in a forward with no hook and where no hook watches the pattern; inside
+    run_with_cache every layer computes its pattern (explicit_paths), whatever the names_filter."""
+    import torch.nn.functional as F
+
+    from interp_gpt.hooks import explicit_paths
+
+    calls = []
+    fused = F.scaled_dot_product_attention
+    monkeypatch.setattr(F, "scaled_dot_product_attention", lambda *a, **k: calls.append(1) or fused(*a, **k))
+    tiny_model(tiny_tokens)
+    assert len(calls) == tiny_model.cfg.n_layers  # no hook: fused everywhere
+    tiny_model.run_with_hooks(tiny_tokens, fwd_hooks=[("blocks.0.attn.hook_pattern", lambda t, hook: None)])
+    assert len(calls) == 2 * tiny_model.cfg.n_layers - 1  # a hooked pattern takes its layer off the fused kernel
+    tiny_model.run_with_cache(tiny_tokens, names_filter="hook_embed")
+    assert len(calls) == 2 * tiny_model.cfg.n_layers - 1  # a cache: no fused attention at all
+    assert not explicit_paths()  # and the mode ends with the cache

@@ -655,3 +655,79 @@ def test_hooked_attention_path_gives_the_fast_paths_gradients(tiny_model, tiny_t
     ).backward()
     for n, p in tiny_model.named_parameters():
         torch.testing.assert_close(p.grad, fast[n], atol=1e-5, rtol=1e-4, msg=n)
+
+
+# ----------------------------------------------------------------------------
+# transformer-lens' parameter order, a seed's weights, loss_fn, to_string of one id (issue 28)
+# ----------------------------------------------------------------------------
+def test_named_parameters_come_in_transformer_lens_order():
+    model = GPT(Config(n_layers=1, d_model=16, n_heads=2, d_vocab=20, n_ctx=8))
+    block = ["ln1.w", "ln1.b", "ln2.w", "ln2.b", "attn.W_Q", "attn.W_O", "attn.b_Q", "attn.b_O", "attn.W_K", "attn.W_V"]
+    block += ["attn.b_K", "attn.b_V", "mlp.W_in", "mlp.b_in", "mlp.W_out", "mlp.b_out"]
+    want = ["embed.W_E", "pos_embed.W_pos", *(f"blocks.0.{n}" for n in block), "ln_final.w", "ln_final.b"]
+    assert [n for n, _ in model.named_parameters()] == [*want, "unembed.W_U", "unembed.b_U"]
+    tl = pytest.importorskip("transformer_lens")
+    from interp_gpt.compare import transformer_lens_major
+
+    if transformer_lens_major() >= 4:
+        pytest.skip("transformer-lens 4.x: the order is compared against 3.9's HookedTransformer in .venv-tl3")
+    import warnings
+
+    for attn_only in (False, True):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            theirs = tl.HookedTransformer(
+                tl.HookedTransformerConfig(
+                    n_layers=2,
+                    d_model=16,
+                    n_heads=2,
+                    d_head=8,
+                    n_ctx=8,
+                    d_vocab=20,
+                    act_fn="gelu_new",
+                    attn_only=attn_only,
+                )
+            )
+        ours = GPT(Config(n_layers=2, d_model=16, n_heads=2, d_vocab=20, n_ctx=8, attn_only=attn_only))
+        assert [n for n, _ in ours.named_parameters()] == [n for n, _ in theirs.named_parameters()]
+
+
+def test_a_seed_gives_the_weights_it_gave_before_the_new_order():
+    """Sums of each weight for seed 3, recorded with the parameters in their old order (attn's W_O after W_V)."""
+    model = GPT(Config(n_layers=2, d_model=16, n_heads=2, d_vocab=20, n_ctx=8, seed=3))
+    recorded = {
+        "embed.W_E": -0.069846, "pos_embed.W_pos": 0.176413, "blocks.0.attn.W_Q": -0.057276,
+        "blocks.0.attn.W_K": -0.225167, "blocks.0.attn.W_V": -0.451278, "blocks.0.attn.W_O": -0.433525,
+        "blocks.0.mlp.W_in": -0.160942, "blocks.1.attn.W_O": 0.446831, "blocks.1.mlp.W_out": 1.23077,
+        "unembed.W_U": -0.257154,
+    }  # fmt: skip
+    params = dict(model.named_parameters())
+    for name, total in recorded.items():
+        assert abs(float(params[name].detach().double().sum()) - total) < 1e-5, name
+
+
+def test_loss_fn_is_the_forwards_loss_per_token_and_masked(tiny_model, tiny_tokens):
+    logits = tiny_model(tiny_tokens)
+    assert torch.equal(tiny_model.loss_fn(logits, tiny_tokens), tiny_model(tiny_tokens, return_type="loss"))
+    per_token = tiny_model.loss_fn(logits, tiny_tokens, per_token=True)
+    want = -logits[:, :-1].log_softmax(-1).gather(-1, tiny_tokens[:, 1:, None])[..., 0]
+    torch.testing.assert_close(per_token, want)
+    mask = torch.ones_like(tiny_tokens)
+    mask[1, 4:] = 0  # the second prompt is 4 tokens long: 3 predictions
+    masked = tiny_model.loss_fn(logits, tiny_tokens, attention_mask=mask, per_token=True)
+    assert torch.equal(masked[1, 3:], torch.zeros(3)) and torch.equal(masked[0], per_token[0])
+    torch.testing.assert_close(tiny_model.loss_fn(logits, tiny_tokens, mask), masked.sum() / 9)
+    with pytest.raises(ValueError, match="loss_fn: logits must be"):
+        tiny_model.loss_fn(logits, tiny_tokens[:, 1:])
+    with pytest.raises(TypeError, match="tokens must hold integer token ids"):
+        tiny_model.loss_fn(logits, tiny_tokens.float())
+
+
+def test_to_string_takes_one_id_as_transformer_lens_does():
+    import numpy as np
+
+    model = GPT.from_pretrained("tiny-gpt2")
+    assert model.to_string(422) == model.to_string(torch.tensor(422)) == model.to_string(np.int64(422)) == "the"
+    assert model.to_string(np.array([422, 280])) == model.to_string([422, 280]) == "the c"
+    with pytest.raises(TypeError, match="got bool"):
+        model.to_string(True)

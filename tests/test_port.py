@@ -229,7 +229,8 @@ out = dict(
     BA=AB_factor.BA,
     norm=AB_factor.norm(),
     dims=(AB_factor.ldim, AB_factor.mdim, AB_factor.rdim, AB_factor.ndim, tuple(AB_factor.shape)),
-    eigenvalues_by_size=eigenvalues[eigenvalues.abs().argsort()],
+    eigenvalues=eigenvalues,
+    printed=str(AB_factor),
     S=AB_factor.S,
     reconstructed=U @ torch.diag(S) @ Vh.T,
     U_property_times_S=(AB_factor.U * AB_factor.S) @ AB_factor.Vh.T,
@@ -798,13 +799,132 @@ out = dict(
 )
 """
 
-# ARENA 1.2's config word for word: it also passes `attention_dir="causal"` and `seed=398`, which our
-# Config does not take (a TypeError); ARENA's `tokenizer_name="EleutherAI/gpt-neox-20b"` needs the hub, left out.
+# ARENA 1.2's config word for word: it also passes `attention_dir="causal"` and `seed=398`; its
+# `tokenizer_name="EleutherAI/gpt-neox-20b"` needs that tokenizer on disk (see arena_config_tokenizer_name).
 SNIPPETS["arena_attn_only_toy_model_arenas_config"] = SNIPPETS["arena_attn_only_toy_model"].replace(
     "    attn_only=True,\n", '    attention_dir="causal",\n    attn_only=True,\n    seed=398,\n'
 )
 assert SNIPPETS["arena_attn_only_toy_model_arenas_config"] != SNIPPETS["arena_attn_only_toy_model"]
 
+
+# ARENA 1.2's config names its tokenizer (`tokenizer_name="EleutherAI/gpt-neox-20b"`); here a folder holding the
+# tokenizer Hugging Face saved (offline): both build the model with it. The weights are drawn per parameter
+# in named_parameters() order, so equal orders give equal models.
+SNIPPETS["arena_config_tokenizer_name"] = """
+import torch
+
+cfg = HookedTransformerConfig(
+    d_model=64, d_head=16, n_heads=4, n_layers=2, n_ctx=64, d_vocab=50257, attn_only=True,
+    normalization_type=None, positional_embedding_type="shortformer", tokenizer_name=tokenizer_folder,
+)
+model = HookedTransformer(cfg)
+generator = torch.Generator().manual_seed(0)
+with torch.no_grad():
+    for name, parameter in model.named_parameters():
+        parameter.copy_(0.3 * torch.randn(parameter.shape, generator=generator))
+tokens = model.to_tokens("The cat sat on the mat")
+out = dict(
+    names=[name for name, _ in model.named_parameters()],
+    bos=model.tokenizer.bos_token_id,
+    tokens=tokens,
+    str_tokens=model.to_str_tokens("The cat sat"),
+    logits=model(tokens),
+    generated=model.generate("The cat", max_new_tokens=5, do_sample=False, verbose=False),
+)
+"""
+
+# TL Main Demo: a hooked module of one's own (HookedRootModule, setup()), its cache and a patch.
+SNIPPETS["main_demo_hooked_root_module"] = """
+import torch
+import torch.nn as nn
+
+
+class SquareThenAdd(nn.Module):
+    def __init__(self, offset):
+        super().__init__()
+        self.offset = nn.Parameter(torch.tensor(offset))
+        self.hook_square = HookPoint()
+
+    def forward(self, x):
+        square = self.hook_square(x * x)
+        return self.offset + square
+
+
+class TwoLayerModel(HookedRootModule):
+    def __init__(self):
+        super().__init__()
+        self.layer1 = SquareThenAdd(3.0)
+        self.layer2 = SquareThenAdd(-4.0)
+        self.hook_in = HookPoint()
+        self.hook_mid = HookPoint()
+        self.hook_out = HookPoint()
+        super().setup()
+
+    def forward(self, x):
+        x_in = self.hook_in(x)
+        x_mid = self.hook_mid(self.layer1(x_in))
+        x_out = self.hook_out(self.layer2(x_mid))
+        return x_out
+
+
+model = TwoLayerModel()
+out_value, cache = model.run_with_cache(torch.tensor(5.0))
+seen = []
+
+
+def set_to_zero_hook(tensor, hook):
+    seen.append(hook.name)
+    return torch.tensor(0.0)
+
+
+patched = model.run_with_hooks(torch.tensor(5.0), fwd_hooks=[("layer2.hook_square", set_to_zero_hook)])
+out = dict(
+    output=out_value.item(),
+    cache=[(key, cache[key].item()) for key in cache],
+    patched=patched.item(),
+    seen=seen,
+    hook_names=sorted(model.hook_dict),
+    n_hook_points=len(list(model.hook_points())),
+)
+"""
+
+# TL Main Demo / ARENA: utils.get_device, utils.get_corner, model.loss_fn (per token, with a mask), to_string
+# of one id, cache keys and act names with 0-d tensor layers (a loop over torch.arange), named_parameters'
+# order, FactoredMatrix's printed form and eigenvalues (unsorted: the same order from the same factors; torch.linalg.eig
+# may order a spectrum differently when the weights differ in their last bits, as processed ones can), and a pattern
+# cached with stop_at_layer and names_filter equal bit for bit to the same pattern from a full run.
+SNIPPETS["main_demo_utils_loss_and_indices"] = """
+import torch
+
+device = utils.get_device()
+tokens = model.to_tokens(["The cat sat on the mat", "A dog"])
+attention_mask = (torch.arange(tokens.shape[1]) < torch.tensor([[7], [3]])).long()
+logits = model(tokens, attention_mask=attention_mask)
+_, cache = model.run_with_cache(tokens[:1])
+patterns = [cache["attn", layer] for layer in torch.arange(model.cfg.n_layers)]
+heads = [cache["z", layer][:, :, head] for layer in torch.arange(model.cfg.n_layers) for head in torch.arange(2)]
+_, first_layer = model.run_with_cache(tokens[:1], stop_at_layer=1, names_filter=[utils.get_act_name("pattern", 0)])
+OV = model.OV
+out = dict(
+    device_kind=type(device).__name__,
+    loss=model.loss_fn(logits, tokens),
+    loss_masked=model.loss_fn(logits, tokens, attention_mask=attention_mask),
+    loss_per_token=model.loss_fn(logits, tokens, attention_mask=attention_mask, per_token=True),
+    corner=utils.get_corner(logits, 2),
+    corner_factored=utils.get_corner(OV[1, 2], 3).AB,
+    one_id=model.to_string(256),
+    one_id_tensor=model.to_string(torch.tensor(256)),
+    patterns=patterns,
+    heads=heads,
+    act_name=utils.get_act_name("pattern", torch.tensor(1)),
+    bit_identical=torch.equal(first_layer["pattern", 0], cache["pattern", 0]),
+    stop_at_layer_keys=list(first_layer.keys()),
+    names=[name for name, _ in model.named_parameters()],
+    printed=repr(OV),
+    printed_one=str(OV[0, 1]),
+    eigenvalues=OV.eigenvalues,
+)
+"""
 
 # Snippets that import more than the first line: (transformer-lens' line, ours). Only the package changes.
 EXTRA_IMPORTS: dict[str, tuple[str, str]] = {
@@ -820,10 +940,17 @@ EXTRA_IMPORTS: dict[str, tuple[str, str]] = {
     ),
 }
 EXTRA_IMPORTS["arena_attn_only_toy_model_arenas_config"] = EXTRA_IMPORTS["arena_attn_only_toy_model"]
+EXTRA_IMPORTS["arena_config_tokenizer_name"] = EXTRA_IMPORTS["arena_attn_only_toy_model"]
+EXTRA_IMPORTS["main_demo_hooked_root_module"] = (
+    "from transformer_lens.hook_points import HookedRootModule, HookPoint",
+    "from interp_gpt.hooks import HookedRootModule, HookPoint",
+)
 # Snippets given the checkpoint loaded without weight processing (from_pretrained_no_processing).
 UNPROCESSED = {"weight_processing_methods"}
 # Snippets that build their own model and are given TL's saved toy-model weights (`pretrained_weights`).
 TOY_WEIGHTS = {"arena_attn_only_toy_model", "arena_attn_only_toy_model_arenas_config"}
+# Snippets that build their own model with the tokenizer of a folder (`tokenizer_folder`), or need no model.
+OWN_MODEL = {"arena_config_tokenizer_name", "main_demo_hooked_root_module"}
 
 
 # ----------------------------------------------------------------------------
@@ -1045,6 +1172,9 @@ def test_snippet_gives_transformer_lens_results(
     if name in TOY_WEIGHTS:
         given["pretrained_weights"] = request.getfixturevalue("toy_weights")
         tl_model = our_model = None
+    if name in OWN_MODEL:
+        given["tokenizer_folder"] = str(request.getfixturevalue("checkpoint")["folder"] / "tokenizer")
+        tl_model = our_model = None
     theirs = run_snippet(import_lines(name, ours=False), name, copy.deepcopy(tl_model), **copy.deepcopy(given))
     ours = run_snippet(import_lines(name, ours=True), name, copy.deepcopy(our_model), **copy.deepcopy(given))
     problems = differences(ours, theirs)
@@ -1067,7 +1197,7 @@ def test_the_extra_imports_bind_the_same_names_from_the_other_package() -> None:
     for name, (theirs, ours) in [("every snippet", (TL_IMPORT, OUR_IMPORT)), *EXTRA_IMPORTS.items()]:
         assert theirs.startswith("from transformer_lens") and ours.startswith("from interp_gpt"), name
         assert bound(theirs) == bound(ours), name
-    assert set(EXTRA_IMPORTS) | UNPROCESSED | TOY_WEIGHTS | set(KNOWN_DIFFERENCES) <= set(SNIPPETS)
+    assert set(EXTRA_IMPORTS) | UNPROCESSED | TOY_WEIGHTS | OWN_MODEL | set(KNOWN_DIFFERENCES) <= set(SNIPPETS)
 
 
 def test_the_comparison_catches_a_changed_weight(our_prototype: GPT) -> None:

@@ -76,9 +76,11 @@ def observed(model: GPT, tokens: Tensor, *names: str, **kw: Any) -> Tensor:
 
 
 def substituted(model: GPT, tokens: Tensor, tc: TinyTranscoder, **kw: Any) -> Tensor:
-    """Plain hooks: `tc.write` replaced by tc's prediction from the cached `tc.read` (two passes)."""
-    _, cache = model.run_with_cache(tokens, names_filter=tc.read)
-    return model.run_with_hooks(tokens, fwd_hooks=[(tc.write, lambda x, hook: tc.predict(cache[tc.read]))], **kw)
+    """Plain hooks: `tc.write` replaced by tc's prediction from `tc.read`, kept by a hook in a first pass (a
+    hook, not run_with_cache: a cache computes every activation on the explicit path, see hooks.py)."""
+    kept: dict[str, Tensor] = {}
+    model.run_with_hooks(tokens, fwd_hooks=[(tc.read, lambda x, hook: kept.update(read=x.detach().clone()))])
+    return model.run_with_hooks(tokens, fwd_hooks=[(tc.write, lambda x, hook: tc.predict(kept["read"]))], **kw)
 
 
 # ----------------------------------------------------------------------------

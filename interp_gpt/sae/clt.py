@@ -24,6 +24,7 @@ JumpReLU with negative thresholds) is written with `model_kind: interp_gpt.cross
 from __future__ import annotations
 
 import dataclasses
+import operator
 import os
 import re
 from dataclasses import dataclass, field
@@ -216,9 +217,13 @@ class CrossLayerTranscoder(nn.Module):
         return _HOOK_NAMES
 
     def _layer(self, layer: Any, caller: str) -> int:
-        if isinstance(layer, bool) or not isinstance(layer, int) or not 0 <= layer < self.n_layers:
+        try:  # an int, a numpy int or a 0-d integer tensor
+            index = None if isinstance(layer, bool) else operator.index(layer)
+        except TypeError:
+            index = None
+        if index is None or not 0 <= index < self.n_layers:
             raise ValueError(f"{caller}: layer={layer!r}; the CLT's layers are 0..{self.n_layers - 1}")
-        return layer
+        return index
 
     def _check(self, t: Any, arg: str, width: int, axis: str, caller: str, lead: int = 0) -> Tensor:
         if not isinstance(t, Tensor) or not t.is_floating_point():
