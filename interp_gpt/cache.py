@@ -108,12 +108,15 @@ class ActivationCache(Mapping[str, Tensor]):
         return len(self.cache_dict)
 
     def keys(self) -> KeysView[str]:
+        """The cached hook names, in the order they ran."""
         return self.cache_dict.keys()
 
     def values(self) -> ValuesView[Tensor]:
+        """The cached activations, in the order of `keys()`."""
         return self.cache_dict.values()
 
     def items(self) -> ItemsView[str, Tensor]:
+        """(hook name, activation) pairs, in the order they ran."""
         return self.cache_dict.items()
 
     def __repr__(self) -> str:

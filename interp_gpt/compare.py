@@ -59,15 +59,18 @@ class ComparisonReport:
 
     @property
     def logits_ok(self) -> bool:
+        """Whether the logits (or log-probs, with `logprobs`) agree within `logits_atol`."""
         value = self.logprobs_max_abs if self.logprobs else self.logits_max_abs
         return value <= self.logits_atol
 
     @property
     def passed(self) -> bool:
+        """Whether the logits and every compared hook agree within their tolerances."""
         return self.logits_ok and all(r.ok for r in self.rows) and bool(self.rows or self.logits_ok)
 
     @property
     def failures(self) -> list[HookDiff]:
+        """The hooks whose difference is over their tolerance."""
         return [r for r in self.rows if not r.ok]
 
     def families(self) -> dict[str, float]:
@@ -79,6 +82,8 @@ class ComparisonReport:
         return out
 
     def table(self, per_layer: bool = True) -> str:
+        """The report as a text table: one row per hook, or per hook family with `per_layer=False`."""
+
         def family(f: str) -> list[HookDiff]:
             return [r for r in self.rows if re.sub(r"^blocks\.\d+\.", "blocks.*.", r.name) == f]
 
@@ -124,6 +129,7 @@ class ComparisonReport:
         return self.table(per_layer=True)
 
     def to_dict(self) -> dict[str, Any]:
+        """The report as JSON-ready values (what `interp-gpt compare --json` prints)."""
         return {
             "reference": self.reference,
             "passed": self.passed,

@@ -284,14 +284,17 @@ class IOIDataset(Dataset):  # type: ignore[type-arg]
 
     @staticmethod
     def get_default_names() -> list[str]:
+        """The names IOI prompts are built from (transformer-lens' list)."""
         return list(_ioi_defaults()["names"])
 
     @staticmethod
     def get_default_templates() -> list[str]:
+        """The IOI templates, with [A], [B], [PLACE] and [OBJECT] to fill."""
         return list(_ioi_defaults()["templates"])
 
     @staticmethod
     def get_default_nouns() -> dict[str, list[str]]:
+        """The nouns that fill the templates' [PLACE] and [OBJECT] slots."""
         return copy.deepcopy(_ioi_defaults()["nouns"])
 
 

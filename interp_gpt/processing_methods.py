@@ -218,6 +218,7 @@ class ProcessingMixin(HookedGPT):
 
     # ----- cfg.device / cfg.dtype ---------------------------------------------
     def setup_hooks(self) -> None:
+        """Index the hook points, and move the new model to `cfg.device` / `cfg.dtype`."""
         # GPT.__init__ ends here: a new model goes where its config says (cfg.device, cfg.dtype), as
         # transformer-lens' does; from then on the config follows the model.
         new = "hook_dict" not in self.__dict__

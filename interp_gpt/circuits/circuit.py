@@ -82,6 +82,7 @@ class Circuit:
 
     @property
     def n_edges(self) -> int:
+        """How many edges the circuit keeps."""
         return int(self.mask.sum())
 
     def __len__(self) -> int:

@@ -110,6 +110,7 @@ class CLTConfig:
 
     @property
     def model_name(self) -> str | None:
+        """The model it was trained on (`metadata.model_name`), or None."""
         v = self.metadata.get("model_name")
         return v if isinstance(v, str) else None
 
@@ -120,6 +121,7 @@ class CLTConfig:
 
     @property
     def torch_dtype(self) -> torch.dtype:
+        """`dtype` as a torch dtype."""
         return parse_dtype(self.dtype)
 
 
@@ -188,20 +190,25 @@ class CrossLayerTranscoder(nn.Module):
 
     @property
     def n_layers(self) -> int:
+        """The layers it reads from (one encoder each)."""
         return self.cfg.n_layers
 
     @property
     def dtype(self) -> torch.dtype:
+        """The dtype of its weights."""
         return self.W_enc.dtype
 
     @property
     def device(self) -> torch.device:
+        """The device its weights are on."""
         return self.W_enc.device
 
     def input_hook(self, layer: int) -> str | None:
+        """The hook that layer `layer`'s encoder reads."""
         return self.cfg.input_hook(layer)
 
     def output_hook(self, layer: int) -> str | None:
+        """The hook that layer `layer`'s decoders write."""
         return self.cfg.output_hook(layer)
 
     def _hp(self, layer: int, name: str) -> HookPoint:
@@ -321,6 +328,7 @@ class CrossLayerTranscoder(nn.Module):
         return clt
 
     def extra_repr(self) -> str:
+        """Its shape and hooks, in `repr`."""
         c = self.cfg
         extra = (f", k={c.k}" if c.architecture == "topk" else "") + (", skip" if c.skip else "")
         return f"{c.architecture}, n_layers={c.n_layers}, d_in={c.d_in}, d_sae={c.d_sae}, d_out={c.d_out}{extra}"

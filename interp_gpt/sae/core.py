@@ -96,10 +96,12 @@ class SAE(nn.Module):
     # ----- the two halves ------------------------------------------------------
     @property
     def dtype(self) -> torch.dtype:
+        """The dtype of its weights."""
         return self.W_enc.dtype
 
     @property
     def device(self) -> torch.device:
+        """The device its weights are on."""
         return self.W_enc.device
 
     @property
@@ -251,6 +253,7 @@ class SAE(nn.Module):
         return write_sae_folder(Path(path), self.cfg, state)
 
     def extra_repr(self) -> str:
+        """Its shape and hook, in `repr`."""
         c = self.cfg
         extra = f", k={c.k}" if c.architecture == "topk" else ""
         return f"{c.architecture}, d_in={c.d_in}, d_sae={c.d_sae}{extra}, hook_name={c.hook_name!r}"

@@ -132,26 +132,32 @@ class Transcoder(nn.Module):
 
     @property
     def layer(self) -> int | None:
+        """The layer of the MLP it replaces (from its hooks), or None."""
         return self.cfg.layer
 
     @property
     def d_in(self) -> int:
+        """The width of its input."""
         return self.cfg.d_in
 
     @property
     def d_sae(self) -> int:
+        """The number of features."""
         return self.cfg.d_sae
 
     @property
     def d_out(self) -> int:
+        """The width of its output."""
         return self.cfg.d_out
 
     @property
     def dtype(self) -> torch.dtype:
+        """The dtype of its weights."""
         return self.W_enc.dtype
 
     @property
     def device(self) -> torch.device:
+        """The device its weights are on."""
         return self.W_enc.device
 
     @property
@@ -324,6 +330,7 @@ class Transcoder(nn.Module):
         return self
 
     def extra_repr(self) -> str:
+        """Its shape and hooks, in `repr`."""
         c = self.cfg
         extra = f", k={c.k}" if c.architecture == "topk" else ""
         extra += ", skip" if c.skip else ""
