@@ -498,7 +498,7 @@ class ActivationCache(Mapping[str, Tensor]):
 
         Example:
             >>> parts, labels = cache.decompose_resid(pos_slice=-1, return_labels=True)
-            >>> attrs = cache.logit_attrs(parts, " Paris", " London", pos_slice=-1)  # [component, batch]
+            >>> attrs = cache.logit_attrs(parts, " him", " her", pos_slice=-1)  # [component, batch]
         """
         directions = self._residual_directions(tokens, "tokens")
         if incorrect_tokens is not None:
