@@ -52,7 +52,7 @@ class ActivationCache(Mapping[str, Tensor]):
         >>> logits, cache = model.run_with_cache("Hello world")
         >>> cache["blocks.0.attn.hook_pattern"] is cache["pattern", 0]
         True
-        >>> cache["scale", 2, "ln1"]; cache["resid_post", -1]
+        >>> cache["scale", 1, "ln1"]; cache["resid_post", -1]
         >>> resid, labels = cache.decompose_resid(pos_slice=-1, return_labels=True)
     """
 

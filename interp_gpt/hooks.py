@@ -355,6 +355,8 @@ class HookedModule(nn.Module):
         only in this thread's passes (another thread using the model never sees them).
 
         Example:
+            >>> def fn(resid, hook):       # transformer-lens' signature; may return a replacement
+            ...     return resid * 0.5
             >>> with model.hooks(fwd_hooks=[("blocks.0.hook_resid_pre", fn)]):
             ...     logits = model(tokens)
         """
@@ -548,7 +550,7 @@ class HookedGPT(HookedModule):
         12 runs 4 blocks. The output is then None.
 
         Example:
-            >>> _, cache = model.run_with_cache(tokens, names_filter="blocks.3.attn.hook_pattern", return_type=None)
+            >>> _, cache = model.run_with_cache(tokens, names_filter="blocks.1.attn.hook_pattern", return_type=None)
         """
         stop = None
         if (

@@ -62,19 +62,8 @@ NEEDS_MORE: set[str] = set()
 # Examples that do not run on tiny-gpt2 yet (written for GPT-2 small, or for files that do not
 # exist): each fails here until it is fixed, and a fixed one must leave the list.
 NOT_YET = {
-    "interp_gpt.ActivationCache",
     "interp_gpt.GPT",
-    "interp_gpt.GPT.fold_layer_norm",
     "interp_gpt.GPT.from_pretrained",
-    "interp_gpt.GPT.generate",
-    "interp_gpt.GPT.get_token_position",
-    "interp_gpt.GPT.hooks",
-    "interp_gpt.GPT.load_and_process_state_dict",
-    "interp_gpt.GPT.run_with_cache",
-    "interp_gpt.GPT.run_with_hooks_with_saes",
-    "interp_gpt.GPT.to_str_tokens",
-    "interp_gpt.GPT.to_tokens",
-    "interp_gpt.GPT.transcoders",
     "interp_gpt.SAE",
     "interp_gpt.SAE.from_pretrained",
     "interp_gpt.attribution.prune_graph",
