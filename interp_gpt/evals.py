@@ -124,8 +124,12 @@ def evaluate(
     signature's sake: your loaders are already batched and tokenized).
 
     Example:
+        >>> wiki_loader = [{"tokens": model.to_tokens(["The cat sat on the mat.", "It was a dark night."])}]
+        >>> code_loader = [{"tokens": model.to_tokens("def f(x): return x")}]
         >>> losses = evals.evaluate(model, data_loaders={"wiki": wiki_loader, "code": code_loader})
-        >>> list(losses)                  # each also printed as "wiki: 3.9..."
+        wiki: ...
+        code: ...
+        >>> list(losses)
         ['wiki_loss', 'code_loss']
     """
     if data_loaders is None:

@@ -62,18 +62,8 @@ NEEDS_MORE: set[str] = set()
 # Examples that do not run on tiny-gpt2 yet (written for GPT-2 small, or for files that do not
 # exist): each fails here until it is fixed, and a fixed one must leave the list.
 NOT_YET = {
-    "interp_gpt.GPT",
-    "interp_gpt.GPT.from_pretrained",
-    "interp_gpt.SAE",
-    "interp_gpt.SAE.from_pretrained",
-    "interp_gpt.attribution.prune_graph",
-    "interp_gpt.circuits.faithfulness",
-    "interp_gpt.circuits.path_patch",
     "interp_gpt.compare",
     "interp_gpt.compare_with_transformer_lens",
-    "interp_gpt.evals.evaluate",
-    "interp_gpt.from_pretrained",
-    "interp_gpt.head_detector.detect_head",
     "interp_gpt.patching.get_act_patch_attn_head_all_pos_every",
     "interp_gpt.patching.get_act_patch_attn_head_by_pos_every",
     "interp_gpt.patching.get_act_patch_block_every",

@@ -45,7 +45,8 @@ class SAE(nn.Module):
         >>> feats = sae.encode(torch.randn(2, 5, 64))      # [2, 5, 512]
         >>> sae.decode(feats).shape
         torch.Size([2, 5, 64])
-        >>> sae = SAE.from_pretrained("path/to/folder")    # cfg.json + sae_weights.safetensors
+        >>> paths = sae.save_model("my-sae")               # cfg.json + sae_weights.safetensors
+        >>> sae = SAE.from_pretrained("my-sae")
     """
 
     def __init__(self, cfg: SAEConfig | dict[str, Any]):
@@ -212,8 +213,10 @@ class SAE(nn.Module):
         the SAE's folder in it). Offline: nothing is downloaded.
 
         Example:
-            >>> sae = SAE.from_pretrained("saes/resid1")
-            >>> sae = SAE.from_pretrained("gpt2-small-res-jb", "blocks.8.hook_resid_pre")  # if in the HF cache
+            >>> sae = SAE.from_pretrained("tiny-gpt2-res")      # the shipped SAE; or a folder
+
+        GPT-2 small's, once in the Hugging Face cache: `SAE.from_pretrained("gpt2-small-res-jb",
+        "blocks.8.hook_resid_pre")`.
         """
         if not isinstance(release, (str, Path)):
             raise TypeError(f"release: expected a folder or a release id (str), got {type(release).__name__}")
