@@ -249,7 +249,7 @@ def compare(
     (default: a fixed random sequence). `logprobs`: judge logits by log-probs (default:
     when our weights are processed, since center_unembed shifts every logit of a row).
 
-    Example:
+    Example (needs transformer-lens, the `compare` extra; `tl_model` a HookedTransformer of the same weights):
         >>> report = compare(model, tl_model, "The cat sat on the mat")
         >>> print(report); report.passed
     """
@@ -461,7 +461,7 @@ def compare_with_transformer_lens(
     """Load `source` into both interp_gpt and transformer-lens (offline for local checkpoints)
     and compare every hook.
 
-    Example:
+    Example (needs transformer-lens, the `compare` extra; "./my-gpt2" a checkpoint folder):
         >>> print(compare_with_transformer_lens("./my-gpt2", "Hello world"))
     """
     from .loading import from_pretrained, from_pretrained_no_processing

@@ -21,8 +21,9 @@ repeating the setup in every docstring would drown the point of each example:
 An example that shows an output is compared with it (so printed shapes and values cannot drift);
 one that shows none only has to run. An example that cannot run offline on tiny-gpt2 (GPT-2's
 weights, a reference library that is not a core dependency, the network) says so in its text with
-the marker `needs GPT-2` / `needs the network`, and is skipped; NEEDS_MORE lists those, so the list
-stays short and on purpose.
+the marker `needs GPT-2` / `needs the network` / `needs transformer-lens`, and is skipped;
+NEEDS_MORE lists those, so the list stays short and on purpose (today: the two comparisons
+against transformer-lens, which tests/test_compare.py runs where the `compare` extra is installed).
 """
 
 from __future__ import annotations
@@ -57,29 +58,9 @@ PROMPT = "The cat sat on the mat because it was tired."
 CLEAN = "The man gave the book to the woman, and then she gave it to"
 CORRUPTED = "The woman gave the book to the man, and then he gave it to"
 ANSWERS = (" him", " her")
-# Docstrings whose examples need more than tiny-gpt2 offline (each says which, by the marker).
-NEEDS_MORE: set[str] = set()
-# Examples that do not run on tiny-gpt2 yet (written for GPT-2 small, or for files that do not
-# exist): each fails here until it is fixed, and a fixed one must leave the list.
-NOT_YET = {
-    "interp_gpt.compare",
-    "interp_gpt.compare_with_transformer_lens",
-    "interp_gpt.patching.get_act_patch_attn_head_all_pos_every",
-    "interp_gpt.patching.get_act_patch_attn_head_by_pos_every",
-    "interp_gpt.patching.get_act_patch_block_every",
-    "interp_gpt.plots.attention_grid",
-    "interp_gpt.plots.circuit_graph",
-    "interp_gpt.plots.circuit_page",
-    "interp_gpt.plots.faithfulness_plot",
-    "interp_gpt.plots.save_html",
-    "interp_gpt.sae.Transcoder.converted_to",
-    "interp_gpt.sae.Transcoder.from_pretrained",
-    "interp_gpt.sae.Transcoder.save_model",
-    "interp_gpt.sae.load_clt",
-    "interp_gpt.sae.load_transcoders",
-    "interp_gpt.sae.save_clt",
-}
-MARKER = re.compile(r"needs (GPT-2|the network)")
+# Docstrings whose examples need more than tiny-gpt2 and the core install (each says which, by MARKER).
+NEEDS_MORE = {"interp_gpt.compare", "interp_gpt.compare_with_transformer_lens"}
+MARKER = re.compile(r"needs (GPT-2|the network|transformer-lens)")
 
 
 def public_modules() -> dict[str, list[str]]:
@@ -271,14 +252,11 @@ def test_docstring_example_runs(
     report: list[str] = []
     torch.manual_seed(0)
     runner.run(test, out=report.append)
-    if name in NOT_YET:
-        assert runner.failures, f"{name}'s example runs now: take it out of NOT_YET"
-        pytest.xfail("in NOT_YET: " + "".join(report).splitlines()[-1].strip())
     assert runner.failures == 0, "".join(report)
 
 
 def test_the_skipped_examples_are_the_listed_ones() -> None:
     marked = {name for name, obj in EXAMPLES.items() if MARKER.search(own_doc(obj))}
     assert marked == NEEDS_MORE
-    assert len(NEEDS_MORE) <= 10
+    assert len(NEEDS_MORE) <= 3
     assert len(EXAMPLES) - len(NEEDS_MORE) >= 100

@@ -352,7 +352,9 @@ def save_clt(clt: CrossLayerTranscoder, path: str | Path) -> Path:
     """Write `clt` as circuit-tracer's CLT folder (see the module's docs), whole or not at all.
 
     Example:
-        >>> save_clt(clt, "transcoders/tiny-gpt2-clt")
+        >>> from interp_gpt.sae.data import shipped_clt
+        >>> save_clt(shipped_clt(), "transcoders/tiny-gpt2-clt")
+        PosixPath('transcoders/tiny-gpt2-clt')
     """
 
     import yaml
@@ -401,6 +403,8 @@ def load_clt(
     """Load circuit-tracer's CLT folder (its config.yaml, or the folder), every tensor checked first.
 
     Example:
+        >>> from interp_gpt.sae.data import shipped_clt
+        >>> folder = save_clt(shipped_clt(), "transcoders/tiny-gpt2-clt")
         >>> clt = load_clt("transcoders/tiny-gpt2-clt")
     """
     import yaml
