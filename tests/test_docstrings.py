@@ -9,14 +9,18 @@ class of ours, such as GPT's mixins); an override of a method a base outside the
 carry a docstring and is left out, as the API page shows its definition instead.
 
 How the examples run (the rule). Each docstring's `>>>` lines are one doctest (ELLIPSIS and
-NORMALIZE_WHITESPACE), run in a temporary working directory, in the globals of the module that
-defines the object, seeded with a few fixtures the examples may use without building them, since
-repeating the setup in every docstring would drown the point of each example:
+NORMALIZE_WHITESPACE), run in a temporary working directory (with `data/` of the clone in it), in
+the globals of the module that defines the object plus the names of the package that exports it,
+seeded with the fixtures an example may use without building them (repeating that setup in every
+docstring would drown the point of each example); whatever an example needs beyond these, it builds:
 
-    model   tiny-gpt2 (a fresh copy per docstring, so an example may add hooks or fold weights)
-    tokens  model.to_tokens(PROMPT)            logits, cache  model.run_with_cache(tokens)
-    sae     the shipped SAE (blocks.1.hook_resid_pre)   tcs  the shipped per-layer transcoders
-    torch   and every name of `interp_gpt.__all__`
+    model, sae, tcs   tiny-gpt2, its shipped SAE and per-layer transcoders (fresh copies per docstring)
+    tokens, logits, cache                      PROMPT and model.run_with_cache on it
+    clean_tokens / clean, corrupted_tokens / corrupted, clean_logits, corrupted_logits, clean_cache,
+    corrupted_cache, answers, metric           CLEAN vs CORRUPTED, normalized_logit_diff on ANSWERS
+    g      circuits.Graph of the model         graph  attribution.attribute(model, PROMPT, tcs)
+    store  an ActivationStore on data/corpus   torch, every name of `interp_gpt.__all__`, and the
+    subpackages circuits, evals, patching, plots, sae, utils
 
 An example that shows an output is compared with it (so printed shapes and values cannot drift);
 one that shows none only has to run. An example that cannot run offline on tiny-gpt2 (GPT-2's
@@ -239,7 +243,7 @@ def test_docstring_example_runs(
         pytest.skip(f"{name}: {MARKER.search(doc).group(0)}")  # type: ignore[union-attr]
     monkeypatch.chdir(tmp_path)
     (tmp_path / "data").symlink_to(REPO / "data")  # examples read data/corpus, as from a clone
-    fresh = {name: copy.deepcopy(seeds[name]) for name in ("model", "sae", "tcs")}  # an example may splice them
+    fresh = {k: copy.deepcopy(seeds[k]) for k in ("model", "sae", "tcs")}  # an example may splice or fold them
     exporter = importlib.import_module(max((m for m in MODULE_NAMES if name.startswith(m + ".")), key=len))
     globs = {
         **_module_globals(obj),
