@@ -52,7 +52,7 @@ class ActivationCache(Mapping[str, Tensor]):
         >>> logits, cache = model.run_with_cache("Hello world")
         >>> cache["blocks.0.attn.hook_pattern"] is cache["pattern", 0]
         True
-        >>> cache["scale", 2, "ln1"]; cache["resid_post", -1]
+        >>> cache["scale", 1, "ln1"]; cache["resid_post", -1]
         >>> resid, labels = cache.decompose_resid(pos_slice=-1, return_labels=True)
     """
 
@@ -114,12 +114,15 @@ class ActivationCache(Mapping[str, Tensor]):
         return len(self.cache_dict)
 
     def keys(self) -> KeysView[str]:
+        """The cached hook names, in the order they ran."""
         return self.cache_dict.keys()
 
     def values(self) -> ValuesView[Tensor]:
+        """The cached activations, in the order of `keys()`."""
         return self.cache_dict.values()
 
     def items(self) -> ItemsView[str, Tensor]:
+        """(hook name, activation) pairs, in the order they ran."""
         return self.cache_dict.items()
 
     def __repr__(self) -> str:
@@ -501,7 +504,7 @@ class ActivationCache(Mapping[str, Tensor]):
 
         Example:
             >>> parts, labels = cache.decompose_resid(pos_slice=-1, return_labels=True)
-            >>> attrs = cache.logit_attrs(parts, " Paris", " London", pos_slice=-1)  # [component, batch]
+            >>> attrs = cache.logit_attrs(parts, " him", " her", pos_slice=-1)  # [component, batch]
         """
         directions = self._residual_directions(tokens, "tokens")
         if incorrect_tokens is not None:

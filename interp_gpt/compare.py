@@ -59,15 +59,18 @@ class ComparisonReport:
 
     @property
     def logits_ok(self) -> bool:
+        """Whether the logits (or log-probs, with `logprobs`) agree within `logits_atol`."""
         value = self.logprobs_max_abs if self.logprobs else self.logits_max_abs
         return value <= self.logits_atol
 
     @property
     def passed(self) -> bool:
+        """Whether the logits and every compared hook agree within their tolerances."""
         return self.logits_ok and all(r.ok for r in self.rows) and bool(self.rows or self.logits_ok)
 
     @property
     def failures(self) -> list[HookDiff]:
+        """The hooks whose difference is over their tolerance."""
         return [r for r in self.rows if not r.ok]
 
     def families(self) -> dict[str, float]:
@@ -79,6 +82,8 @@ class ComparisonReport:
         return out
 
     def table(self, per_layer: bool = True) -> str:
+        """The report as a text table: one row per hook, or per hook family with `per_layer=False`."""
+
         def family(f: str) -> list[HookDiff]:
             return [r for r in self.rows if re.sub(r"^blocks\.\d+\.", "blocks.*.", r.name) == f]
 
@@ -124,6 +129,7 @@ class ComparisonReport:
         return self.table(per_layer=True)
 
     def to_dict(self) -> dict[str, Any]:
+        """The report as JSON-ready values (what `interp-gpt compare --json` prints)."""
         return {
             "reference": self.reference,
             "passed": self.passed,
@@ -243,7 +249,7 @@ def compare(
     (default: a fixed random sequence). `logprobs`: judge logits by log-probs (default:
     when our weights are processed, since center_unembed shifts every logit of a row).
 
-    Example:
+    Example (needs transformer-lens, the `compare` extra; `tl_model` a HookedTransformer of the same weights):
         >>> report = compare(model, tl_model, "The cat sat on the mat")
         >>> print(report); report.passed
     """
@@ -455,7 +461,7 @@ def compare_with_transformer_lens(
     """Load `source` into both interp_gpt and transformer-lens (offline for local checkpoints)
     and compare every hook.
 
-    Example:
+    Example (needs transformer-lens, the `compare` extra; "./my-gpt2" a checkpoint folder):
         >>> print(compare_with_transformer_lens("./my-gpt2", "Hello world"))
     """
     from .loading import from_pretrained, from_pretrained_no_processing

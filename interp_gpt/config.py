@@ -126,18 +126,22 @@ class Config:
 
     @property
     def d_vocab_out(self) -> int:
+        """The output vocabulary (transformer-lens' name): GPT-2 unembeds to its input vocabulary."""
         return self.d_vocab  # GPT-2 unembeds to its input vocabulary
 
     @property
     def original_architecture(self) -> str:
+        """The Hugging Face architecture these configs describe (transformer-lens' field)."""
         return "GPT2LMHeadModel"
 
     @property
     def default_padding_side(self) -> str:
+        """Where `to_tokens` pads a batch of prompts: "right", as transformer-lens' default."""
         return "right"
 
     @property
     def tokenizer_prepends_bos(self) -> bool:
+        """False: GPT-2's tokenizer adds no BOS itself (`to_tokens` prepends one)."""
         return False  # GPT-2's tokenizer adds no BOS; `to_tokens` does (default_prepend_bos)
 
     @property
@@ -155,6 +159,7 @@ class Config:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Config:
+        """A config from `to_dict`'s output; an unknown key is a ValueError naming it."""
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(d) - known)
         if unknown:

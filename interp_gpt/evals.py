@@ -124,8 +124,12 @@ def evaluate(
     signature's sake: your loaders are already batched and tokenized).
 
     Example:
+        >>> wiki_loader = [{"tokens": model.to_tokens(["The cat sat on the mat.", "It was a dark night."])}]
+        >>> code_loader = [{"tokens": model.to_tokens("def f(x): return x")}]
         >>> losses = evals.evaluate(model, data_loaders={"wiki": wiki_loader, "code": code_loader})
-        >>> list(losses)                  # each also printed as "wiki: 3.9..."
+        wiki: ...
+        code: ...
+        >>> list(losses)
         ['wiki_loss', 'code_loss']
     """
     if data_loaders is None:
@@ -284,14 +288,17 @@ class IOIDataset(Dataset):  # type: ignore[type-arg]
 
     @staticmethod
     def get_default_names() -> list[str]:
+        """The names IOI prompts are built from (transformer-lens' list)."""
         return list(_ioi_defaults()["names"])
 
     @staticmethod
     def get_default_templates() -> list[str]:
+        """The IOI templates, with [A], [B], [PLACE] and [OBJECT] to fill."""
         return list(_ioi_defaults()["templates"])
 
     @staticmethod
     def get_default_nouns() -> dict[str, list[str]]:
+        """The nouns that fill the templates' [PLACE] and [OBJECT] slots."""
         return copy.deepcopy(_ioi_defaults()["nouns"])
 
 

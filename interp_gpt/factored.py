@@ -131,6 +131,7 @@ class FactoredMatrix:
 
     @property
     def ndim(self) -> int:
+        """The number of axes of the product A @ B."""
         return len(self.shape)
 
     @property
@@ -242,14 +243,17 @@ class FactoredMatrix:
 
     @property
     def U(self) -> Float[Tensor, "... ldim k"]:
+        """U of the product's singular value decomposition (A @ B = U diag(S) V^T)."""
         return self._svd[0]
 
     @property
     def S(self) -> Float[Tensor, "... k"]:
+        """The product's singular values, largest first."""
         return self._svd[1]
 
     @property
     def V(self) -> Float[Tensor, "... rdim k"]:
+        """V of the product's singular value decomposition (A @ B = U diag(S) V^T)."""
         return self._svd[2]
 
     @property

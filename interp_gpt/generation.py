@@ -121,8 +121,8 @@ class GenerationMixin(TextMixin):
         `return_type="input"` returns the kind of thing given (str, list of str, tokens).
 
         Example:
-            >>> model.generate("The cat sat on the", max_new_tokens=5, do_sample=False)
-            'The cat sat on the mat, and the cat'
+            >>> model.generate("The cat sat on the", max_new_tokens=5, do_sample=False, verbose=False)
+            'The cat sat on the\\nsmilit'
         """
         check_int_in_range(max_new_tokens, "max_new_tokens", 0, None)
         check_float(temperature, "temperature", low=0.0 if do_sample else -math.inf)

@@ -192,7 +192,8 @@ def detect_head(
     (1 - mean absolute difference per query, in -1..1).
 
     Example:
-        >>> scores = detect_head(model, "The cat sat. The cat sat.", "induction_head")
+        >>> text = "The cat sat. The cat sat."
+        >>> scores = detect_head(model, text, "induction_head")
         >>> layer, head = divmod(int(scores.argmax()), model.cfg.n_heads)
         >>> detect_head(model, text, "previous_token_head", heads=[(0, 1), (1, 3)], exclude_bos=True)
     """

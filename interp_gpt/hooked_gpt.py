@@ -91,7 +91,7 @@ class HookedGPT(HookedModule):
         12 runs 4 blocks. The output is then None.
 
         Example:
-            >>> _, cache = model.run_with_cache(tokens, names_filter="blocks.3.attn.hook_pattern", return_type=None)
+            >>> _, cache = model.run_with_cache(tokens, names_filter="blocks.1.attn.hook_pattern", return_type=None)
         """
         stop = None
         if (

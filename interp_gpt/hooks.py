@@ -103,12 +103,14 @@ class HookPoint(nn.Module):
         return handle
 
     def remove(self, handle: _Hook) -> None:
+        """Remove one hook, by the handle `add_hook` returned."""
         handle.active = False
         for hooks in (self.fwd_hooks, self.bwd_hooks):
             if handle in hooks:
                 hooks.remove(handle)
 
     def remove_hooks(self, dir: Literal["fwd", "bwd", "both"] = "both", including_permanent: bool = False) -> None:
+        """Remove the hooks of direction `dir`; permanent ones only with `including_permanent`."""
         for d in ("fwd", "bwd"):
             if dir not in (d, "both"):
                 continue
@@ -145,6 +147,7 @@ class HookPoint(nn.Module):
         return _HasHooks(self)
 
     def forward(self, x: Tensor) -> Tensor:
+        """`x` unchanged when no hook is attached; else what the hooks make of it, in order."""
         # The fast path: an idle hook point is a single attribute check.
         if not self.fwd_hooks and not self.bwd_hooks:
             return x
@@ -249,6 +252,7 @@ class HookedModule(nn.Module):
     hook_dict: dict[str, HookPoint]
 
     def setup_hooks(self) -> None:
+        """Name every HookPoint after its module path and index them in `hook_dict`."""
         self.hook_dict = {}
         for name, module in self.named_modules():
             if isinstance(module, HookPoint):
@@ -331,6 +335,7 @@ class HookedModule(nn.Module):
         return self.add_hook(name, hook, dir=dir, is_permanent=True)
 
     def remove_handles(self, handles: Iterable[tuple[HookPoint, _Hook]]) -> None:
+        """Remove the hooks `add_hook` returned (pairs of hook point and handle)."""
         for hp, h in handles:
             hp.remove(h)
 
@@ -360,6 +365,8 @@ class HookedModule(nn.Module):
         only in this thread's passes (another thread using the model never sees them).
 
         Example:
+            >>> def fn(resid, hook):       # transformer-lens' signature; may return a replacement
+            ...     return resid * 0.5
             >>> with model.hooks(fwd_hooks=[("blocks.0.hook_resid_pre", fn)]):
             ...     logits = model(tokens)
         """

@@ -349,7 +349,7 @@ def answer_lens(
     Returns `(logits, probs, labels)`, each of length n_layers + 1.
 
     Example:
-        >>> logits, probs, labels = answer_lens(cache, " Paris")
+        >>> logits, probs, labels = answer_lens(cache, " him")
     """
     caller = "answer_lens"
     lens, labels = logit_lens(cache, batch, incl_mid)
@@ -408,7 +408,7 @@ def direct_logit_attribution(
 
     Example:
         >>> _, cache = model.run_with_cache("The Eiffel Tower is in the city of")
-        >>> attrs, labels = direct_logit_attribution(cache, " Paris", " London")
+        >>> attrs, labels = direct_logit_attribution(cache, " him", " her")
         >>> attrs.sum()      # == logits[0, -1, paris] - logits[0, -1, london]
     """
     caller = "direct_logit_attribution"
@@ -458,7 +458,7 @@ def accumulated_logit_diff(
     logit (difference).
 
     Example:
-        >>> diffs, labels = accumulated_logit_diff(cache, " Paris", " London")   # [n_layers + 1, batch]
+        >>> diffs, labels = accumulated_logit_diff(cache, " him", " her")   # [n_layers + 1, batch]
     """
     caller = "accumulated_logit_diff"
     cache = _check_cache(cache, caller)

@@ -346,7 +346,7 @@ class GPT(GenerationMixin, TextMixin, StackedWeightsMixin, PretrainedMixin, Proc
     modules: text, generation, stacked, pretrained, processing_methods, splicing and hooks.
 
     Example:
-        >>> model = GPT.from_pretrained("gpt2")              # or a local folder / file
+        >>> model = GPT.from_pretrained("tiny-gpt2")         # shipped; or "gpt2", a local folder / file
         >>> logits = model("The Eiffel Tower is in")         # [batch, posn, d_vocab]
         >>> logits, cache = model.run_with_cache("Hello world")
         >>> cache["pattern", 0].shape                         # [batch, head, q_pos, k_pos]

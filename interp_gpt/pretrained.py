@@ -91,8 +91,8 @@ class PretrainedMixin:
         would change the weights the model has not used yet.
 
         Example:
-            >>> model = GPT.from_pretrained("gpt2")                    # hub (or its cache)
-            >>> raw = GPT.from_pretrained_no_processing("./my-gpt2")   # local folder, weights as stored
+            >>> model = GPT.from_pretrained("tiny-gpt2")               # shipped; "gpt2": the hub (or its cache)
+            >>> raw = GPT.from_pretrained_no_processing("tiny-gpt2")   # weights as stored (or a local folder)
         """
         dtype = as_float_dtype(dtype)  # transformer-lens' names too
         if isinstance(source, str) and not Path(source).expanduser().exists() and source not in shipped_models():

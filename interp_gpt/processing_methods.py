@@ -56,7 +56,8 @@ class ProcessingMixin(HookedGPT):
         LayerNorms' entries stay, set to the identity (w = 1, b = 0), as transformer-lens leaves them.
 
         Example:
-            >>> folded = model.fold_layer_norm(model.state_dict())
+            >>> raw = GPT.from_pretrained_no_processing("tiny-gpt2")
+            >>> folded = raw.fold_layer_norm(raw.state_dict())
             >>> bool((folded["blocks.0.ln1.w"] == 1).all())
             True
         """
@@ -135,7 +136,8 @@ class ProcessingMixin(HookedGPT):
         centre-and-scale only ones (`cfg.normalization_type = "LNPre"`); hooks on their hook points go.
 
         Example:
-            >>> model.load_and_process_state_dict(other.state_dict())
+            >>> other = GPT.from_pretrained_no_processing("tiny-gpt2")   # raw weights
+            >>> model.load_and_process_state_dict(other.state_dict())    # processed as model's were
         """
         sd = _copy(state_dict, "load_and_process_state_dict")
         buffers = {name for name, _ in self.named_buffers()}  # the attention's "mask" and "IGNORE": not weights
@@ -218,6 +220,7 @@ class ProcessingMixin(HookedGPT):
 
     # ----- cfg.device / cfg.dtype ---------------------------------------------
     def setup_hooks(self) -> None:
+        """Index the hook points, and move the new model to `cfg.device` / `cfg.dtype`."""
         # GPT.__init__ ends here: a new model goes where its config says (cfg.device, cfg.dtype), as
         # transformer-lens' does; from then on the config follows the model.
         new = "hook_dict" not in self.__dict__

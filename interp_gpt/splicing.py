@@ -489,6 +489,7 @@ class SplicingMixin:
         Example:
             >>> with model.transcoders(tcs, use_error_term=True):
             ...     _, cache = model.run_with_cache(tokens)   # cache["blocks.0.hook_mlp_out.hook_sae_acts_post"]
+            >>> from interp_gpt.sae.data import shipped_clt
             >>> with model.transcoders(shipped_clt()):           # a CLT: layer 0's features decode into layer 1 too
             ...     logits = model(tokens)
         """
@@ -535,7 +536,11 @@ class SplicingMixin:
         """`run_with_hooks` with `saes` spliced in for this call.
 
         Example:
+            >>> def fn(acts, hook):                  # read (or return a replacement of) the SAE's features
+            ...     print(hook.name, tuple(acts.shape))
+            >>> name = "blocks.1.hook_resid_pre.hook_sae_acts_post"
             >>> logits = model.run_with_hooks_with_saes("Hi", saes=[sae], fwd_hooks=[(name, fn)])
+            blocks.1.hook_resid_pre.hook_sae_acts_post (1, 3, 1024)
         """
         with self.saes(saes, use_error_term=use_error_term):
             return self.run_with_hooks(*model_args, **kwargs)

@@ -44,18 +44,22 @@ class StackedWeightsMixin:
 
     @property
     def W_E(self) -> Float[Tensor, "d_vocab d_model"]:
+        """The token embedding: [d_vocab, d_model]."""
         return self.embed.W_E
 
     @property
     def W_pos(self) -> Float[Tensor, "n_ctx d_model"]:
+        """The position embedding: [n_ctx, d_model]."""
         return self.pos_embed.W_pos
 
     @property
     def W_U(self) -> Float[Tensor, "d_model d_vocab"]:
+        """The unembedding: [d_model, d_vocab]."""
         return self.unembed.W_U
 
     @property
     def b_U(self) -> Float[Tensor, " d_vocab"]:
+        """The unembedding's bias: [d_vocab]."""
         return self.unembed.b_U
 
     @property

@@ -79,8 +79,8 @@ class TextMixin:
         transformer-lens). With `return_mask`, also returns the attention mask.
 
         Example:
-            >>> model.to_tokens("Hello world", prepend_bos=False)
-            tensor([[15496,   995]])
+            >>> model.to_tokens("Hello world", prepend_bos=False)   # tiny-gpt2's 2,048-token vocabulary
+            tensor([[  39,  446,   78, 1209]])
         """
         tok = self._require_tokenizer()
         if isinstance(input, str):
@@ -110,10 +110,10 @@ class TextMixin:
         refuses it).
 
         Example:
-            >>> model.to_str_tokens("Hello world")
-            ['<|endoftext|>', 'Hello', ' world']
+            >>> model.to_str_tokens("Hello world")        # tiny-gpt2's small vocabulary splits "Hello"
+            ['<|endoftext|>', 'H', 'ell', 'o', ' world']
             >>> model.to_str_tokens(["Hi", "Hello world"], prepend_bos=False)
-            [['Hi'], ['Hello', ' world']]
+            [['H', 'i'], ['H', 'ell', 'o', ' world']]
         """
         tok = self._require_tokenizer()
         if isinstance(input, list):
@@ -219,10 +219,10 @@ class TextMixin:
         first occurrence, or its last with `mode="last"` (transformer-lens' method).
 
         Example:
-            >>> model.get_token_position(" Mary", "When Mary and John went, John gave it to Mary")
+            >>> model.get_token_position(" Mary", "When Mary and the man went out, the man gave it to Mary")
             2
-            >>> model.get_token_position(" Mary", "When Mary and John went, John gave it to Mary", mode="last")
-            11
+            >>> model.get_token_position(" Mary", "When Mary and the man went out, the man gave it to Mary", mode="last")
+            14
         """
         if mode not in ("first", "last"):
             raise ValueError(f"get_token_position: mode must be 'first' or 'last', not {mode!r}")

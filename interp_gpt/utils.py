@@ -254,7 +254,8 @@ def test_prompt(
         Tokenized answer: [' m', 'at']
         Performance on answer token:
         Rank: 22       Logit:  6.26 Prob:  0.77% Token: | m|
-        Top 0th token. Logit:  8.30 Prob:  5.88% Token: |\n|
+        Top 0th token. Logit:  8.30 Prob:  5.88% Token: |
+        |
         Top 1th token. Logit:  7.73 Prob:  3.31% Token: | c|
         Performance on answer token:
         Rank: 39       Logit:  7.02 Prob:  0.50% Token: |at|

@@ -74,6 +74,7 @@ class AttributionGraph:
 
     @property
     def n_pos(self) -> int:
+        """The number of token positions in the prompt."""
         return int(self.input_tokens.shape[0])
 
     @property
@@ -83,10 +84,12 @@ class AttributionGraph:
 
     @property
     def n_errors(self) -> int:
+        """The error nodes: one per layer and position."""
         return int(self.cfg.n_layers) * self.n_pos
 
     @property
     def n_logits(self) -> int:
+        """The logit nodes (the target tokens attributed from)."""
         return len(self.logit_targets)
 
     @property

@@ -185,8 +185,10 @@ def prune_graph(graph: AttributionGraph, node_threshold: float = 0.8, edge_thres
 
     Example:
         >>> node_mask, edge_mask, cumulative_scores = prune_graph(graph, node_threshold=0.8)
-        >>> kept = graph.adjacency_matrix * edge_mask  # dense; a sparse graph's (CSR) mask:
-        >>> kept_weights = graph.adjacency_matrix.values()[edge_mask.values()]  # in its row-major order
+        >>> kept = graph.adjacency_matrix * edge_mask  # a dense graph's
+
+        A sparse graph's (CSR) mask has the matrix's layout: `graph.adjacency_matrix.values()[edge_mask.values()]`
+        are the kept weights, in row-major order.
     """
     caller = "prune_graph"
     check_graph(graph, caller)

@@ -84,6 +84,7 @@ class QKTerm(NamedTuple):
 
     @property
     def label(self) -> str:
+        """A short name for the term, e.g. `embed`, `head 1.0` or `mlp 0`."""
         if self.kind in ("embed", "pos_embed", "bias"):
             return self.kind
         if self.kind in ("head", "feature"):

@@ -82,6 +82,7 @@ class Circuit:
 
     @property
     def n_edges(self) -> int:
+        """How many edges the circuit keeps."""
         return int(self.mask.sum())
 
     def __len__(self) -> int:
@@ -226,8 +227,8 @@ def faithfulness(
         metric: logits `[batch, pos, d_vocab]` -> a scalar.
 
     Example:
-        >>> faithfulness(model, clean, corrupted, Circuit.top_k(g, scores, 50), metric)
-        0.87
+        >>> scores = eap_scores(model, clean, corrupted, metric)
+        >>> f = faithfulness(model, clean, corrupted, Circuit.top_k(g, scores, 50), metric)  # 1.0: the whole effect
     """
     mask = _circuit_mask(Graph(circuit_model(model, "faithfulness").cfg), circuit, "faithfulness")
     ev = _Evaluator(

@@ -64,6 +64,7 @@ class Receiver:
 
     @property
     def name(self) -> str:
+        """The node's name as the graph prints it, e.g. `a1.h0<q>`, `m0` or `logits`."""
         if self.kind in QKV:
             return f"a{self.layer}.h{self.head}<{self.kind}>"
         return "logits" if self.kind == "logits" else f"m{self.layer}"
@@ -153,16 +154,20 @@ class Graph:
         return None if i == self.n_heads else i
 
     def head_sender(self, layer: int, head: int) -> int:
+        """The sender index of head `head` of layer `layer`."""
         return 1 + layer * self._senders_per_layer + head
 
     def mlp_sender(self, layer: int) -> int:
+        """The sender index of layer `layer`'s MLP (ValueError on an attention-only model)."""
         self._need_mlps(f"mlp_sender({layer})")
         return 1 + layer * self._senders_per_layer + self.n_heads
 
     def head_receiver(self, layer: int, head: int, kind: str) -> int:
+        """The receiver index of the q, k or v input (`kind`) of head `head` of layer `layer`."""
         return layer * self._receivers_per_layer + 3 * head + QKV.index(kind)
 
     def mlp_receiver(self, layer: int) -> int:
+        """The receiver index of layer `layer`'s MLP input (ValueError on an attention-only model)."""
         self._need_mlps(f"mlp_receiver({layer})")
         return layer * self._receivers_per_layer + 3 * self.n_heads
 
@@ -172,6 +177,7 @@ class Graph:
 
     @property
     def logits_receiver(self) -> int:
+        """The receiver index of the logits (the last receiver)."""
         return len(self.receivers) - 1
 
     @property

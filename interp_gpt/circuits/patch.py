@@ -154,8 +154,8 @@ def path_patch(
         float32 `[len(senders)]` metric values (logits `[len(senders), batch, pos, d_vocab]` with no metric).
 
     Example:
-        >>> heads = [(layer, head) for layer in range(12) for head in range(12)]
-        >>> path_patch(model, clean, corrupted, heads, [(9, 9, "q"), (9, 6, "q"), (10, 0, "q")], metric)
+        >>> heads = [(0, head) for head in range(model.cfg.n_heads)]           # senders: layer 0's heads
+        >>> path_patch(model, clean, corrupted, heads, [(1, 0, "q"), (1, 0, "k"), (1, 2, "v")], metric)
     """
     model, graph, base, other_of, _ = prepare(model, clean_tokens, corrupted_tokens, caller="path_patch")
     if isinstance(receivers, (str, tuple)) or not isinstance(receivers, Sequence) or not receivers:

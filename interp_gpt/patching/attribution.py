@@ -56,6 +56,7 @@ class AttributionPatchResult:
         return self.estimates[sweep]
 
     def keys(self) -> list[str]:
+        """The sweeps estimated (names such as `resid_pre`, `attn_head_out_all_pos`)."""
         return list(self.estimates)
 
 
@@ -167,6 +168,7 @@ class AttributionComparison:
 
     @property
     def max_abs_error(self) -> float:
+        """The largest absolute gap between the estimates and the patched effects."""
         return float((self.attribution - self.patching).abs().max())
 
 

@@ -171,7 +171,7 @@ def _make_every(kind: str, sweeps: Sequence[str], shape: str, example: str) -> C
     every.__name__ = every.__qualname__ = name
     every.__doc__ = (
         f"{_EVERY_SUMMARY[kind]}, stacked: `{shape}` (transformer-lens' function of the same name).\n\n"
-        "Example:\n"
+        "Example (tiny-gpt2: 2 layers of 4 heads; a 17-token prompt):\n"
         f"    >>> {name}(model, corrupted_tokens, clean_cache, metric).shape\n"
         f"    torch.Size({example})\n"
     )
@@ -182,13 +182,13 @@ _HEAD_PARTS = ("out", "q", "k", "v", "pattern")
 _HEADS_ALL_POS = [f"attn_head_{part}_all_pos" for part in _HEAD_PARTS]
 _HEADS_BY_POS = [f"attn_head_{part}_by_pos" for part in _HEAD_PARTS]
 get_act_patch_attn_head_all_pos_every = _make_every(
-    "attn_head_all_pos", _HEADS_ALL_POS, "[5, n_layers, n_heads]", "[5, 12, 12]"
+    "attn_head_all_pos", _HEADS_ALL_POS, "[5, n_layers, n_heads]", "[5, 2, 4]"
 )
 get_act_patch_attn_head_by_pos_every = _make_every(
-    "attn_head_by_pos", _HEADS_BY_POS, "[5, n_layers, pos, n_heads]", "[5, 12, 20, 12]"
+    "attn_head_by_pos", _HEADS_BY_POS, "[5, n_layers, pos, n_heads]", "[5, 2, 17, 4]"
 )
 get_act_patch_block_every = _make_every(
-    "block", ["resid_pre", "attn_out", "mlp_out"], "[3, n_layers, pos]", "[3, 12, 20]"
+    "block", ["resid_pre", "attn_out", "mlp_out"], "[3, n_layers, pos]", "[3, 2, 17]"
 )
 
 

@@ -161,6 +161,7 @@ def attention_grid(
     `source` as in `attention_heatmap`. `cols`: heads per row (default: about square).
 
     Example:
+        >>> _, cache = model.run_with_cache("The cat sat on the mat")
         >>> fig = attention_grid(cache, model.to_str_tokens("The cat sat on the mat"), layer=0)
     """
     caller = "attention_grid"

@@ -138,8 +138,9 @@ def circuit_graph(circuit: Circuit, scores: Any = None, title: str | None = None
     middle for its name and score.
 
     Example:
-        >>> c = Circuit.top_k(g, scores, 30).pruned()
-        >>> circuit_graph(c).show()
+        >>> from interp_gpt.circuits import Circuit, eap_scores
+        >>> c = Circuit.top_k(g, eap_scores(model, clean, corrupted, metric), 30).pruned()
+        >>> fig = circuit_graph(c)                  # fig.show() in a notebook
     """
     check_type(circuit, Circuit, "circuit", "an interp_gpt.circuits.Circuit", "circuit_graph")
     fig = go.Figure()
@@ -184,7 +185,13 @@ def faithfulness_plot(curves: Any, title: str = "faithfulness against the number
     model's metric, 0 = the empty circuit's.
 
     Example:
-        >>> faithfulness_plot({"EAP": faithfulness_curve(..., eap, ...), "EAP-IG": faithfulness_curve(..., ig, ...)})
+        >>> from interp_gpt.circuits import eap_ig_scores, eap_scores, faithfulness_curve
+        >>> eap = eap_scores(model, clean, corrupted, metric)
+        >>> ig = eap_ig_scores(model, clean, corrupted, metric, steps=5)
+        >>> fig = faithfulness_plot({
+        ...     "EAP": faithfulness_curve(model, clean, corrupted, eap, metric),
+        ...     "EAP-IG": faithfulness_curve(model, clean, corrupted, ig, metric),
+        ... })
     """
     fig = go.Figure()
     _add_curves(fig, _curves(curves, "faithfulness_plot"))
@@ -197,7 +204,12 @@ def circuit_page(circuit: Circuit, curves: Any = None, scores: Any = None, title
     offline page with `save_html`.
 
     Example:
+        >>> from interp_gpt.circuits import Circuit, eap_scores, faithfulness_curve
+        >>> scores = eap_scores(model, clean, corrupted, metric)
+        >>> circuit = Circuit.top_k(g, scores, 30)
+        >>> curve = faithfulness_curve(model, clean, corrupted, scores, metric)
         >>> save_html(circuit_page(circuit, {"EAP": curve}), "circuit.html")
+        PosixPath('circuit.html')
     """
     check_type(circuit, Circuit, "circuit", "an interp_gpt.circuits.Circuit", "circuit_page")
     g = circuit.graph

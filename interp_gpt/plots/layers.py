@@ -199,7 +199,7 @@ def answer_lens_plot(
     across layers (the logit lens).
 
     Example:
-        >>> fig = answer_lens_plot(cache, " Paris")
+        >>> fig = answer_lens_plot(cache, " him")
     """
     logits, probs, labels = answer_lens(cache, answer, pos, batch, incl_mid)
     ids = check_answer_tokens(cache.model, answer, 1, "answer", "answer_lens_plot").tolist()
@@ -264,7 +264,7 @@ def dla_bar(
     bars add up to the model's logit difference). `batch=None` averages over the prompts.
 
     Example:
-        >>> fig = dla_bar(cache, " Paris", " London")
+        >>> fig = dla_bar(cache, " him", " her")
     """
     attrs, labels = direct_logit_attribution(cache, answer, wrong, pos, batch)
     values = attrs.detach().double().cpu().tolist()
@@ -299,8 +299,8 @@ def accumulated_resid_plot(
     curve per prompt (and their mean), via the logit lens.
 
     Example:
-        >>> _, cache = model.run_with_cache(["When John and Mary went to the shops, John gave the bag to"])
-        >>> fig = accumulated_resid_plot(cache, " Mary", " John")
+        >>> _, cache = model.run_with_cache(["The man gave the book to the woman, and then she gave it to"])
+        >>> fig = accumulated_resid_plot(cache, " him", " her")
     """
     caller = "accumulated_resid_plot"
     diffs, labels = accumulated_logit_diff(cache, answer, wrong, pos, incl_mid)

@@ -30,7 +30,7 @@ def save_html(fig: go.Figure, path: str | os.PathLike[str], config: Mapping[str,
     `config`: plotly.js config options to add, e.g. `{"displayModeBar": False}`.
 
     Example:
-        >>> save_html(attention_viewer(cache, str_tokens), "attention.html")
+        >>> save_html(attention_viewer(cache, model.to_str_tokens(tokens)), "attention.html")
         PosixPath('attention.html')
     """
     check_type(fig, go.Figure, "fig", "a plotly Figure", "save_html")

@@ -111,6 +111,7 @@ class CLTConfig:
 
     @property
     def model_name(self) -> str | None:
+        """The model it was trained on (`metadata.model_name`), or None."""
         v = self.metadata.get("model_name")
         return v if isinstance(v, str) else None
 
@@ -121,6 +122,7 @@ class CLTConfig:
 
     @property
     def torch_dtype(self) -> torch.dtype:
+        """`dtype` as a torch dtype."""
         return parse_dtype(self.dtype)
 
 
@@ -189,20 +191,25 @@ class CrossLayerTranscoder(nn.Module):
 
     @property
     def n_layers(self) -> int:
+        """The layers it reads from (one encoder each)."""
         return self.cfg.n_layers
 
     @property
     def dtype(self) -> torch.dtype:
+        """The dtype of its weights."""
         return self.W_enc.dtype
 
     @property
     def device(self) -> torch.device:
+        """The device its weights are on."""
         return self.W_enc.device
 
     def input_hook(self, layer: int) -> str | None:
+        """The hook that layer `layer`'s encoder reads."""
         return self.cfg.input_hook(layer)
 
     def output_hook(self, layer: int) -> str | None:
+        """The hook that layer `layer`'s decoders write."""
         return self.cfg.output_hook(layer)
 
     def _hp(self, layer: int, name: str) -> HookPoint:
@@ -326,6 +333,7 @@ class CrossLayerTranscoder(nn.Module):
         return clt
 
     def extra_repr(self) -> str:
+        """Its shape and hooks, in `repr`."""
         c = self.cfg
         extra = (f", k={c.k}" if c.architecture == "topk" else "") + (", skip" if c.skip else "")
         return f"{c.architecture}, n_layers={c.n_layers}, d_in={c.d_in}, d_sae={c.d_sae}, d_out={c.d_out}{extra}"
@@ -349,7 +357,9 @@ def save_clt(clt: CrossLayerTranscoder, path: str | Path) -> Path:
     """Write `clt` as circuit-tracer's CLT folder (see the module's docs), whole or not at all.
 
     Example:
-        >>> save_clt(clt, "transcoders/tiny-gpt2-clt")
+        >>> from interp_gpt.sae.data import shipped_clt
+        >>> save_clt(shipped_clt(), "transcoders/tiny-gpt2-clt")
+        PosixPath('transcoders/tiny-gpt2-clt')
     """
 
     import yaml
@@ -398,6 +408,8 @@ def load_clt(
     """Load circuit-tracer's CLT folder (its config.yaml, or the folder), every tensor checked first.
 
     Example:
+        >>> from interp_gpt.sae.data import shipped_clt
+        >>> folder = save_clt(shipped_clt(), "transcoders/tiny-gpt2-clt")
         >>> clt = load_clt("transcoders/tiny-gpt2-clt")
     """
     import yaml

@@ -88,6 +88,7 @@ class SAEMetadata(dict):  # type: ignore[type-arg]
         self[name] = value
 
     def to_dict(self) -> dict[str, Any]:
+        """The metadata as a plain dict."""
         return dict(self)
 
 
@@ -181,6 +182,7 @@ class SAEConfig:
 
     @property
     def torch_dtype(self) -> torch.dtype:
+        """`dtype` as a torch dtype."""
         return parse_dtype(self.dtype)
 
     def to_dict(self) -> dict[str, Any]:

@@ -45,7 +45,8 @@ class SAE(nn.Module):
         >>> feats = sae.encode(torch.randn(2, 5, 64))      # [2, 5, 512]
         >>> sae.decode(feats).shape
         torch.Size([2, 5, 64])
-        >>> sae = SAE.from_pretrained("path/to/folder")    # cfg.json + sae_weights.safetensors
+        >>> paths = sae.save_model("my-sae")               # cfg.json + sae_weights.safetensors
+        >>> sae = SAE.from_pretrained("my-sae")
     """
 
     def __init__(self, cfg: SAEConfig | dict[str, Any]):
@@ -96,10 +97,12 @@ class SAE(nn.Module):
     # ----- the two halves ------------------------------------------------------
     @property
     def dtype(self) -> torch.dtype:
+        """The dtype of its weights."""
         return self.W_enc.dtype
 
     @property
     def device(self) -> torch.device:
+        """The device its weights are on."""
         return self.W_enc.device
 
     @property
@@ -210,8 +213,10 @@ class SAE(nn.Module):
         the SAE's folder in it). Offline: nothing is downloaded.
 
         Example:
-            >>> sae = SAE.from_pretrained("saes/resid1")
-            >>> sae = SAE.from_pretrained("gpt2-small-res-jb", "blocks.8.hook_resid_pre")  # if in the HF cache
+            >>> sae = SAE.from_pretrained("tiny-gpt2-res")      # the shipped SAE; or a folder
+
+        GPT-2 small's, once in the Hugging Face cache: `SAE.from_pretrained("gpt2-small-res-jb",
+        "blocks.8.hook_resid_pre")`.
         """
         if not isinstance(release, (str, Path)):
             raise TypeError(f"release: expected a folder or a release id (str), got {type(release).__name__}")
@@ -251,6 +256,7 @@ class SAE(nn.Module):
         return write_sae_folder(Path(path), self.cfg, state)
 
     def extra_repr(self) -> str:
+        """Its shape and hook, in `repr`."""
         c = self.cfg
         extra = f", k={c.k}" if c.architecture == "topk" else ""
         return f"{c.architecture}, d_in={c.d_in}, d_sae={c.d_sae}{extra}, hook_name={c.hook_name!r}"

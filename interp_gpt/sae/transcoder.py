@@ -132,26 +132,32 @@ class Transcoder(nn.Module):
 
     @property
     def layer(self) -> int | None:
+        """The layer of the MLP it replaces (from its hooks), or None."""
         return self.cfg.layer
 
     @property
     def d_in(self) -> int:
+        """The width of its input."""
         return self.cfg.d_in
 
     @property
     def d_sae(self) -> int:
+        """The number of features."""
         return self.cfg.d_sae
 
     @property
     def d_out(self) -> int:
+        """The width of its output."""
         return self.cfg.d_out
 
     @property
     def dtype(self) -> torch.dtype:
+        """The dtype of its weights."""
         return self.W_enc.dtype
 
     @property
     def device(self) -> torch.device:
+        """The device its weights are on."""
         return self.W_enc.device
 
     @property
@@ -260,9 +266,13 @@ class Transcoder(nn.Module):
         `copy=False`: this transcoder itself where nothing needs converting (the checks still run).
 
         Example:
-            >>> raw_tc.cfg.processing                       # circuit-tracer's: raw weights
-            {'fold_ln': False, 'center_writing_weights': False}
-            >>> tc = raw_tc.converted_to(GPT.from_pretrained("tiny-gpt2"))   # for the processed model
+            >>> from interp_gpt.sae.data import SHIPPED_TRANSCODERS_DIR
+            >>> tc = load_transcoders(SHIPPED_TRANSCODERS_DIR)[1]
+            >>> tc.cfg.processing                           # the shipped ones: for the processed model
+            {'fold_ln': True, 'center_writing_weights': True}
+            >>> unfolded = tc.converted_to(GPT.from_pretrained("tiny-gpt2", fold_ln=False))   # LayerNorm unfolded
+            >>> unfolded.cfg.processing
+            {'fold_ln': False, 'center_writing_weights': True}
         """
         plan = _fit_plan(model, self, caller="Transcoder.converted_to", arg="transcoder")
         if not copy and (plan is None or (plan.identity and plan.read_hook == self.input_hook)):
@@ -292,6 +302,7 @@ class Transcoder(nn.Module):
         `load_transcoders` reads that holds exactly one (a circuit-tracer config of one layer ...).
 
         Example:
+            >>> paths = tcs[1].save_model("transcoders/layer_1")
             >>> tc = Transcoder.from_pretrained("transcoders/layer_1")
         """
         tcs = load_transcoders(path, device=device, dtype=dtype)
@@ -310,7 +321,8 @@ class Transcoder(nn.Module):
         `SAE.load_from_disk` loads it, TopK aside). Returns (weights path, cfg path), as sae-lens does.
 
         Example:
-            >>> tc.save_model("transcoders/layer_1")
+            >>> tc = tcs[1]
+            >>> cfg_path, weights_path = tc.save_model("transcoders/layer_1")
         """
         if not isinstance(path, (str, Path)):
             raise TypeError(f"path: expected a folder path, got {type(path).__name__}")
@@ -324,6 +336,7 @@ class Transcoder(nn.Module):
         return self
 
     def extra_repr(self) -> str:
+        """Its shape and hooks, in `repr`."""
         c = self.cfg
         extra = f", k={c.k}" if c.architecture == "topk" else ""
         extra += ", skip" if c.skip else ""
@@ -384,6 +397,7 @@ def load_transcoders(
     are) comes back exactly converted to the model's (`Transcoder.converted_to`), or is refused by name.
 
     Example:
+        >>> folder = save_transcoders(tcs, "transcoders/tiny-gpt2")
         >>> tcs = load_transcoders("transcoders/tiny-gpt2")           # one Transcoder per layer
         >>> [tc.input_hook for tc in tcs]
         ['blocks.0.ln2.hook_normalized', 'blocks.1.ln2.hook_normalized']

@@ -218,6 +218,7 @@ class TranscoderConfig:
 
     @property
     def model_name(self) -> str | None:
+        """The model it was trained on (`metadata.model_name`), or None."""
         v = self.metadata.get("model_name")
         return v if isinstance(v, str) else None
 
@@ -229,6 +230,7 @@ class TranscoderConfig:
 
     @property
     def torch_dtype(self) -> torch.dtype:
+        """`dtype` as a torch dtype."""
         return parse_dtype(self.dtype)
 
     @property

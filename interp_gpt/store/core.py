@@ -288,7 +288,7 @@ class ActivationStore:
         """Write `n_tokens` tokens' activations to safetensors shards in `out_dir` (see `harvest.harvest`).
 
         Example:
-            >>> manifest = store.harvest("acts/", n_tokens=1_000_000, shard_tokens=65_536)
+            >>> manifest = store.harvest("acts/", n_tokens=4096, shard_tokens=2048)
         """
         from .harvest import harvest
 

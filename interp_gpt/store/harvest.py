@@ -252,7 +252,7 @@ def harvest(
 
     Example:
         >>> store = ActivationStore(model, "blocks.1.hook_resid_pre", "data/corpus", context_size=128)
-        >>> manifest = harvest(store, "acts/", n_tokens=1 << 20, shard_tokens=1 << 16)
+        >>> manifest = harvest(store, "acts/", n_tokens=4096, shard_tokens=2048)
     """
     # Everything the steps up to the manifest need is checked here, before the first read or write.
     ctx = store.context_size
@@ -418,6 +418,7 @@ def iter_shards(out_dir: Any, verify: bool = True) -> Iterator[dict[str, Tensor]
     a shard whose sha256 differs from the manifest's is refused by name.
 
     Example:
+        >>> manifest = harvest(store, "acts/", n_tokens=4096, shard_tokens=2048)
         >>> for shard in iter_shards("acts/"):
         ...     x = shard["blocks.1.hook_resid_pre"]
     """
@@ -437,6 +438,7 @@ def load_harvest(out_dir: Any, sort: bool = False, verify: bool = True) -> dict[
     with `sort`, rows in data order (by `token_index`), the same whatever the world size or shuffle.
 
     Example:
+        >>> manifest = harvest(store, "acts/", n_tokens=4096, shard_tokens=2048)
         >>> acts = load_harvest("acts/", sort=True)["blocks.1.hook_resid_pre"]    # [n_tokens, d_in]
     """
     shards = list(iter_shards(out_dir, verify))

@@ -123,6 +123,7 @@ class TokenWindows:
 
     @property
     def digest(self) -> str:
+        """The sha256 of the token windows so far (the store's identity check)."""
         return self._digest
 
     def _encode(self, pieces: list[str]) -> list[list[int]]:
