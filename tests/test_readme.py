@@ -35,6 +35,14 @@ def test_cache_and_patch_example_runs_and_means_what_it_says():
     assert namespace["by_pos"][0, half:].abs().max() < 1e-5
     assert namespace["by_pos"][0, :half].abs().max() > 1e-3
     assert -1.0 <= namespace["check"].correlation <= 1.0
+    # The patching picture (docs/patching.png, this by_pos) and its caption: the two cells the
+    # caption names are the two strongest, with the values it gives.
+    by_pos = namespace["by_pos"]
+    strongest = by_pos.abs().flatten().argsort(descending=True)[:2].tolist()
+    assert strongest == [10, by_pos.shape[1] + 11]  # layer 0 at A10, then layer 1 at A11
+    text = README.read_text(encoding="utf-8")
+    caption = text[text.index("](docs/patching.png)") - 400 : text.index("entering layer 0 it changes nothing")]
+    assert f"{by_pos[0, 10]:.2f}" in caption and f"{by_pos[1, 11]:.2f}" in caption
 
 
 REPO = README.parent
