@@ -159,6 +159,10 @@ print("corrupted  loss on copy 1 / copy 2: {:.3f} / {:.3f}".format(*halves_loss(
 # Which components write the answer directly? `plots.dla_bar` shows each head's and
 # each MLP's direct contribution to the logit difference at the last position
 # (`batch=None`: averaged over the prompts); the bars add up to the logit difference.
+# What to look at (tiny-gpt2): three bars carry almost all of the 13.5, the two induction
+# heads L1H0 and L1H2 (about 3.5 each) and, largest, layer 1's MLP (about 6.5); the
+# previous-token head L0H0 writes nothing to the answer directly (its work is to help the
+# induction heads find it).
 
 # %%
 plots.dla_bar(clean_cache, answers[:, 0], answers[:, 1], batch=None)
@@ -220,7 +224,10 @@ print("loss on copy 1 / copy 2, all of them ablated: {:.3f} / {:.3f}".format(*ha
 # Every head, one at a time: how much the loss on the second copy rises when it is
 # zeroed. The induction circuit needs both a previous-token head (to write "the
 # token before me" into each position) and an induction head (to look it up), so
-# both should stand out.
+# both should stand out. What to look at (tiny-gpt2): the previous-token head L0H0 stands
+# out far above the rest (about 8: without it neither induction head can work); each
+# induction head alone only adds 1.4 to 1.8, as the other one covers for it (zeroing both
+# together, above, costs the whole effect).
 
 # %%
 base = halves_loss(clean_full)[1]
@@ -248,7 +255,9 @@ plots.head_patching_heatmap(
 # copy): by the last layer's input its residual also holds, from the previous-token
 # head, the token before it, so patching it there restores most of the answer. At
 # layer 0, restoring `A[STOP-1]` alone makes the head look at the right place but
-# copy the corrupted token there (our "wrong" answer): a negative value.
+# copy the corrupted token there (our "wrong" answer): a negative value. What to look at
+# (tiny-gpt2): those two cells, layer 1 at the first copy of `A10` (`A[STOP]`, 0.24) and
+# layer 0 at the first copy of `A9` (`A[STOP-1]`, -0.19); every other cell is near 0.
 
 # %%
 resid_results = patching.get_act_patch_resid_pre(model, corrupted_tokens, clean_cache, metric, progress=False)
@@ -259,7 +268,11 @@ plots.patching_heatmap(
 
 # %% [markdown]
 # `get_act_patch_block_every`: `resid_pre`, `attn_out` and `mlp_out` side by side,
-# `[3, n_layers, pos]`.
+# `[3, n_layers, pos]`. What to look at (tiny-gpt2): one cell dominates, layer 1's
+# `attn_out` at the last position (1.0: the induction heads' output there restores the
+# whole answer); layer 1's `mlp_out` at the same place restores 0.39, and layer 0's
+# `attn_out` at the first copy of `A[STOP]` is negative (-0.23), for the reason given
+# for `resid_pre` above.
 
 # %%
 block_results = patching.get_act_patch_block_every(model, corrupted_tokens, clean_cache, metric, progress=False)
@@ -279,6 +292,12 @@ plots.patching_heatmap(
 # matter little. The keys decide *where* it looks and the values *what* it copies, so
 # each alone restores only part of the circuit; clean keys with corrupted values
 # even copy `A'[STOP]`, the wrong answer (a negative value). Only the output carries both.
+#
+# What to look at (tiny-gpt2): no single head restores much (the largest, L1H2, 0.09).
+# The two induction heads share the work, so a clean output of one still sits beside the
+# other's corrupted one. The previous-token head L0H0 is negative (-0.15): its clean
+# output tells the induction heads where `A[STOP-1]` was in the first copy, and in the
+# corrupted run the token after that place is `A'[STOP]`, the wrong answer.
 
 # %%
 head_out = patching.get_act_patch_attn_head_out_all_pos(model, corrupted_tokens, clean_cache, metric, progress=False)
@@ -288,7 +307,10 @@ plots.head_patching_heatmap(
 
 # %% [markdown]
 # The same per head, for each of the head's pieces (output, queries, keys, values,
-# pattern), five panels on one colour scale:
+# pattern), five panels on one colour scale. What to look at: the queries panel is blank
+# (both runs end with the same tokens); the keys and patterns of L1H2 and L0H2 are
+# negative (about -0.09 and -0.07: clean attention over corrupted tokens points the
+# circuit at `A'[STOP]`); L0H0's values carry its whole (negative) effect.
 
 # %%
 every = patching.get_act_patch_attn_head_all_pos_every(model, corrupted_tokens, clean_cache, metric, progress=False)
@@ -310,6 +332,10 @@ plots.head_patching_heatmap(
 # estimates `metric(patched) - metric(corrupted)`; with the normalised metric the
 # corrupted run scores 0, so it is directly comparable with the sweeps above. The
 # metric must stay differentiable (no `.item()`): `normalized_logit_diff`'s is.
+#
+# What to look at in the two panels: the colour scale. Real patching reaches 0.24 and
+# -0.19; the estimates stay under 0.05 and their largest cell is elsewhere (layer 0,
+# position 1). Here the linear estimate is a poor guide; the scatter below shows why.
 
 # %%
 attribution = patching.attribution_patch(model, clean_tokens, corrupted_tokens, metric)
@@ -324,7 +350,10 @@ plots.patching_heatmap(
 )
 
 # %% [markdown]
-# And per head (`attn_head_out_all_pos`), next to the real patching of head outputs:
+# And per head (`attn_head_out_all_pos`), next to the real patching of head outputs.
+# What to look at: the estimate puts the induction heads L1H0 and L1H2 first (about
+# 0.04 each), while real patching finds L0H0 largest, and negative (-0.15): neither the
+# sizes nor the signs of this estimate can be read as effects.
 
 # %%
 plots.head_patching_heatmap(
@@ -337,10 +366,11 @@ plots.head_patching_heatmap(
 # %% [markdown]
 # How good is the linear estimate? `patching.attribution_vs_activation_patching` runs
 # the real sweep (reusing the attribution result) and reports the Pearson correlation
-# over all patches and the largest error. The estimate is exact where the metric is
-# linear in the activation (e.g. the last layer's `mlp_out`, up to the final
-# LayerNorm); through attention and the LayerNorms it is first-order only, and large
-# effects (a whole residual stream patched) are where it errs most.
+# over all patches and the largest error. We also print the slope of the estimate
+# against the real effect (least squares through 0): a correlation near 1 says the
+# estimate ranks the patches right, and only a slope near 1 says it also gets their
+# size right. The estimate is exact where the metric is linear in the activation; here
+# nothing is, not even the last layer's `mlp_out`, because of the final LayerNorm (next).
 
 # %%
 sweeps = ["resid_pre", "attn_out", "mlp_out", "attn_head_out_all_pos"]
@@ -350,12 +380,50 @@ comparisons = {
     )
     for sweep in sweeps
 }
+
+
+def slope(c) -> float:
+    """Least-squares slope of the estimate against the real effect, through 0."""
+    real, estimate = c.patching.flatten(), c.attribution.flatten()
+    return float((real * estimate).sum() / (real * real).sum())
+
+
 for sweep, c in comparisons.items():
-    print(f"{sweep:<24} correlation {c.correlation:+.3f}   max |error| {c.max_abs_error:.3f}")
+    print(f"{sweep:<24} correlation {c.correlation:+.3f}   slope {slope(c):.3f}   max |error| {c.max_abs_error:.3f}")
 
 # %% [markdown]
-# One point per patch, real effect across, estimate up; on the dashed line the
-# estimate is exact.
+# On tiny-gpt2, `attn_out` and `mlp_out` correlate well (one patch dominates each: layer 1 at the last
+# position) but their slopes are far below 1: patching layer 1's attention output at the
+# last position restores the whole answer (1.0), and the estimate says 0.07. The metric is
+# not the cause (it is a logit difference; normalising it is linear). The final LayerNorm
+# is: the logits are the final residual divided by its scale (`ln_final.hook_scale`). On
+# the corrupted run, where the induction head finds nothing to copy, layer 1's MLP writes
+# a vector about ten times the norm of the rest of the stream at the last position, so the
+# scale is large and every logit is shrunk (a flat, unsure prediction); on the clean run it
+# does not. A clean patch of layer 1's attention or MLP output removes that vector, the
+# scale drops about tenfold, and the logit difference is multiplied by as much. The
+# gradient is taken on the corrupted run, at the corrupted scale: it sees the answer's
+# direction but not the division by a scale ten times smaller.
+
+# %%
+last = [get_act_name("mlp_out", n_layers - 1), "ln_final.hook_scale"]
+_, corrupted_cache = model.run_with_cache(corrupted_tokens, names_filter=last)
+for run, run_cache in (("clean", clean_cache), ("corrupted", corrupted_cache)):
+    mlp_norm = run_cache[get_act_name("mlp_out", n_layers - 1)][:, -1].norm(dim=-1).mean()
+    scale = run_cache["ln_final.hook_scale"][:, -1, 0].mean()
+    print(
+        f"{run:<9} last position: |mlp_out of layer {n_layers - 1}| {mlp_norm:6.2f}   final LayerNorm scale {scale:.2f}"
+    )
+
+# %% [markdown]
+# One point per patch: the real effect across, the estimate up; on the dashed line the
+# estimate is exact. What to look at (tiny-gpt2): the two points at the right (layer 1's `attn_out`
+# at 1.0 and `mlp_out` at 0.39, both estimated below 0.08) lie far under the line, for
+# the LayerNorm reason above; `resid_pre`'s largest real effects (0.24 and -0.19) are
+# estimated near 0 (patching a whole residual stream moves the run far from where the
+# gradient was taken); most patches sit near (0, 0). Attribution patching is a cheap
+# first pass that finds where to look; the real patching of the few places it points
+# at gives the sizes.
 
 # %%
 fig = go.Figure()
@@ -365,7 +433,7 @@ for sweep, c in comparisons.items():
             x=c.patching.flatten().cpu(),
             y=c.attribution.flatten().cpu(),
             mode="markers",
-            name=f"{sweep} (r = {c.correlation:.2f})",
+            name=f"{sweep} (r = {c.correlation:.2f}, slope {slope(c):.2f})",
             opacity=0.7,
         )
     )

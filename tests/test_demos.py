@@ -315,3 +315,24 @@ def test_output_comparison_catches_a_changed_number() -> None:
     fewer = copy.deepcopy(committed)
     _code_cells(fewer)[cell].outputs = []
     assert any(p.startswith(f"code cell {cell}: outputs []") for p in output_differences(committed, fewer))
+
+
+def test_notebook_03_says_what_to_look_at_and_shows_the_estimates_slope() -> None:
+    """Every figure of 03 follows a markdown cell saying what to look at in it; the scatter of
+    attribution against activation patching gives each sweep's slope beside its correlation (a
+    correlation near 1 with the estimates a tenth of the effects would teach the wrong lesson)."""
+    cells = _read("03_cache_and_patch").cells
+    last_markdown = ""
+    figures = 0
+    for cell in cells:
+        if cell.cell_type == "markdown":
+            last_markdown = cell.source
+            continue
+        for out in cell.outputs:
+            if PLOTLY in out.get("data", {}):
+                figures += 1
+                assert "What to look at" in last_markdown, f"03: the figure of {cell.source[:60]!r} has no caption"
+                names = [trace.get("name") or "" for trace in out.data[PLOTLY]["data"]]
+                if any("r = " in n for n in names):
+                    assert all("slope" in n for n in names if "r = " in n), names
+    assert figures >= 9

@@ -35,6 +35,14 @@ def test_cache_and_patch_example_runs_and_means_what_it_says():
     assert namespace["by_pos"][0, half:].abs().max() < 1e-5
     assert namespace["by_pos"][0, :half].abs().max() > 1e-3
     assert -1.0 <= namespace["check"].correlation <= 1.0
+    # The patching picture (docs/patching.png, this by_pos) and its caption: the two cells the
+    # caption names are the two strongest, with the values it gives.
+    by_pos = namespace["by_pos"]
+    strongest = by_pos.abs().flatten().argsort(descending=True)[:2].tolist()
+    assert strongest == [10, by_pos.shape[1] + 11]  # layer 0 at A10, then layer 1 at A11
+    text = README.read_text(encoding="utf-8")
+    caption = text[text.index("](docs/patching.png)") - 400 : text.index("entering layer 0 it changes nothing")]
+    assert f"{by_pos[0, 10]:.2f}" in caption and f"{by_pos[1, 11]:.2f}" in caption
 
 
 REPO = README.parent
@@ -81,3 +89,62 @@ def test_what_the_readme_examples_write_in_a_clone_is_ignored_by_git():
     )
     ignored = set(done.stdout.split())
     assert sorted(written - ignored) == []
+
+
+# Every python block of the README, each alone in a fresh namespace ---------------------------
+
+NEEDS = "# needs:"  # a block's first line when it cannot run offline; the line names the substitute
+MAX_NEEDS = 3
+
+
+def _python_blocks() -> list[tuple[str, str]]:
+    """(id, code) for every ```python block: id is its section's title and its index there."""
+    text = README.read_text(encoding="utf-8")
+    out: list[tuple[str, str]] = []
+    for section in re.split(r"\n(?=#{2,3} )", text):
+        title = section.splitlines()[0].lstrip("# ").strip()
+        for i, code in enumerate(re.findall(r"```python\n(.*?)```", section, flags=re.S)):
+            out.append((f"{title} [{i}]", code))
+    return out
+
+
+BLOCKS = _python_blocks()
+
+
+def test_the_readme_has_python_blocks_and_few_need_anything_offline_lacks():
+    assert len(BLOCKS) >= 12
+    needs = [(name, code.splitlines()[0]) for name, code in BLOCKS if code.startswith(NEEDS)]
+    assert len(needs) <= MAX_NEEDS, needs
+    for name, line in needs:
+        assert "offline substitute:" in line, f"{name}: {line!r} names no offline substitute"
+
+
+@pytest.mark.parametrize("name,code", BLOCKS, ids=[name for name, _ in BLOCKS])
+def test_readme_python_block_runs_as_written(name, code, tmp_path, monkeypatch):
+    """The block alone, in a fresh namespace, in an empty folder (the clone's data/ linked in, and
+    /tmp/ paths moved under it), with plotly's `show` a no-op: no browser, no network."""
+    if code.startswith(NEEDS):
+        pytest.skip(code.splitlines()[0])
+    import plotly.graph_objects as go
+
+    monkeypatch.setattr(go.Figure, "show", lambda self, *a, **k: None)
+    (tmp_path / "data").symlink_to(REPO / "data", target_is_directory=True)
+    monkeypatch.chdir(tmp_path)
+    code = code.replace('"/tmp/', f'"{tmp_path}/')
+    exec(compile(code, f"README.md ({name})", "exec"), {"__name__": "readme_block"})
+
+
+DOC_PAGES = sorted(p for p in (REPO / "docs").rglob("*.md") if "```python" in p.read_text(encoding="utf-8"))
+
+
+@pytest.mark.parametrize("page", DOC_PAGES, ids=[str(p.relative_to(REPO)) for p in DOC_PAGES])
+def test_a_doc_page_python_blocks_run_in_order(page, tmp_path, monkeypatch):
+    """The site's own blocks (beyond the README sections it pulls in), one page read top to bottom:
+    its blocks in order, in one namespace, as a reader would run them."""
+    import plotly.graph_objects as go
+
+    monkeypatch.setattr(go.Figure, "show", lambda self, *a, **k: None)
+    monkeypatch.chdir(tmp_path)
+    namespace: dict = {"__name__": "doc_page"}
+    for i, code in enumerate(re.findall(r"```python\n(.*?)```", page.read_text(encoding="utf-8"), flags=re.S)):
+        exec(compile(code, f"{page.name} [{i}]", "exec"), namespace)
