@@ -332,7 +332,6 @@ def _figures_with_captions(name: str) -> list[tuple[str, str, dict[str, Any]]]:
 
 
 CAPTIONS_PENDING = {
-    "02_attention_heads",
     "04_induction_circuit_from_weights",
     "05_find_the_induction_circuit",
     "06_sae_features",
