@@ -332,7 +332,6 @@ def _figures_with_captions(name: str) -> list[tuple[str, str, dict[str, Any]]]:
 
 
 CAPTIONS_PENDING = {
-    "06_sae_features",
     "07_attribution_graphs",
 }
 # The figures each notebook draws: a figure dropped (or an output lost) fails here too.
@@ -341,6 +340,7 @@ FIGURES = {
     "02_attention_heads": 7,
     "04_induction_circuit_from_weights": 6,
     "05_find_the_induction_circuit": 2,
+    "06_sae_features": 3,
     "03_cache_and_patch": 9,
 }
 
