@@ -56,7 +56,10 @@ scores = head_scores(model, batch_size=8, seed=0)
 {name: s.shape for name, s in scores.items()}
 
 # %% [markdown]
-# Drawn as heatmaps, one panel per score (hover for the exact value):
+# Drawn as heatmaps, one panel per score (hover for the exact value). What to look at
+# (tiny-gpt2): in "previous token", L0H0 (0.63) stands out, the next is L0H3 (0.24); in
+# "induction", two heads of layer 1, L1H0 (0.86) and L1H2 (0.86), every other head under
+# 0.02; "duplicate token" is blank (no head above 0.005): tiny-gpt2 has no such head.
 
 # %%
 plots.head_scores_heatmap(scores)
@@ -102,6 +105,9 @@ print(
 # A previous-token head is a bright line just below the diagonal. An induction
 # head, in the second half, attends one position *after* the earlier copy: a line
 # parallel to the diagonal, `seq_len - 1` positions to its left.
+#
+# What to look at (tiny-gpt2): L0H0's line just below the diagonal, 0.98 on average, on
+# every row, in both copies: it does not care whether a token was seen before.
 
 # %%
 rep_tokens = repeated_tokens(model, seq_len=15, batch_size=1, seed=1)  # [1, 1 + 2 * 15]
@@ -117,7 +123,10 @@ plots.attention_heatmap(
 
 # %% [markdown]
 # And the top induction head on the same tokens: in the second copy, each query
-# should attend to the token just after its earlier copy.
+# should attend to the token just after its earlier copy. What to look at (tiny-gpt2):
+# in the second copy (rows 16 to 30), L1H0's line 14 positions left of the diagonal,
+# 0.87 on average; in the first copy there is nothing to find, and the rows put about
+# half their attention (0.49 on average) on the first token, `<|endoftext|>`.
 
 # %%
 plots.attention_heatmap(
@@ -151,6 +160,8 @@ print("induction scores on the text:\n", induction_scores(text_cache, text_token
 
 # %% [markdown]
 # The previous-token head on the text: attention one step back, whatever the tokens.
+# What to look at (tiny-gpt2): the same line below the diagonal as on random tokens, 0.96
+# on average over the 56 rows (its previous-token score on the text, printed above).
 
 # %%
 plots.attention_heatmap(
@@ -163,7 +174,11 @@ plots.attention_heatmap(
 
 # %% [markdown]
 # The induction head on the text: from the second "Tomorrow, and tomorrow" on, a query
-# can attend to what followed its previous occurrence.
+# can attend to what followed its previous occurrence. What to look at (tiny-gpt2): the
+# bright cells off the diagonal in the rows of repeated words (its induction score on the
+# text is 0.47, printed above); most other rows rest on the first column,
+# `<|endoftext|>` (0.58 of the attention on average): with nothing to copy, the head
+# looks at a token that writes little.
 
 # %%
 plots.attention_heatmap(
@@ -171,7 +186,11 @@ plots.attention_heatmap(
 )
 
 # %% [markdown]
-# Every head of the induction head's layer at once, on one colour scale:
+# Every head of the induction head's layer at once, on one colour scale. What to look at
+# (tiny-gpt2): heads 0 and 2 look alike (induction scores 0.47 and 0.47 on the text, most
+# of the rest on `<|endoftext|>`, 0.58 and 0.71 of the attention on average); heads 1 and
+# 3 spread their attention (a row's largest weight is 0.33 and 0.30 on average), with
+# no pattern to read.
 
 # %%
 plots.attention_grid(text_cache, text_str, layer=ind_layer)
@@ -187,6 +206,10 @@ plots.attention_grid(text_cache, text_str, layer=ind_layer)
 #
 # The file goes into the **current working directory** (the directory the notebook's
 # kernel runs in); `path.resolve()` is its full path.
+#
+# What to look at: the two menus above the heatmap. Pick L0H0 for the previous-token
+# line (0.96 on this text) and L1H2 for the second induction head, which looks like
+# L1H0.
 
 # %%
 viewer = plots.attention_viewer(text_cache, text_str, layer=ind_layer, head=ind_head)

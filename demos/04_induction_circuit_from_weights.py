@@ -97,6 +97,11 @@ print(
 # - **top-1 accuracy of the diagonal**: for how many tokens `a` the largest entry of row `a`
 #   is `b = a` (every row of a small vocabulary, 1000 random rows of a large one; chance is
 #   1 / d_vocab).
+#
+# What to look at (tiny-gpt2): the copying scores alone hardly pick the induction heads:
+# L1H0 is highest (0.78), but L1H1 (0.69, no induction head) and L0H1 (0.60) beat L1H2
+# (0.59), and L0H3 (-0.39) and L0H0 (-0.17) are negative. The top-1 accuracy is sharper:
+# L1H0 0.14 (chance 0.0005), every other head 0.04 or less.
 
 # %%
 eigenvalues = torch.stack([(model.W_E @ model.OV[layer] @ model.W_U).eigenvalues for layer in range(cfg.n_layers)])
@@ -121,7 +126,9 @@ plots.head_scores_heatmap(
 # %% [markdown]
 # The full OV circuit of the last layer's head with the best top-1 accuracy, on 40 random
 # tokens (rows: the token attended to; columns: the token whose logit moves). A copying head
-# shows a diagonal.
+# shows a diagonal. What to look at (tiny-gpt2): L1H0's diagonal, 0.09 on average
+# against about 0.0002 off it (the colours run from -0.16 to 0.16); it is the largest
+# entry of its row in 16 of the 40 rows: a weak copier, as its top-1 accuracy of 0.14 said.
 
 # %%
 copy_layer = cfg.n_layers - 1
@@ -185,6 +192,9 @@ for head in range(cfg.n_heads):
 # %% [markdown]
 # The previous-token head's positional pattern on the first 32 positions (queries down,
 # keys across): a line just below the diagonal is attention to the previous position.
+# What to look at (tiny-gpt2): L0H0's line just below the diagonal, 0.96 to 1.0 in every
+# row shown. Over all the positions its mean is 0.48 (printed above), so further out than
+# the 32 drawn the positions alone pull it back less surely.
 
 # %%
 n_show = min(32, n_ctx)
@@ -213,6 +223,10 @@ fig
 #
 # What counts as large depends on the shapes, so we also score random matrices of the same
 # shapes (Gaussian factors, as ARENA's baseline): a score near that is no composition.
+#
+# What to look at (tiny-gpt2): layer 0's row is 0 (no head before it). In the K panel,
+# L1H0 and L1H2 (0.18 each, twice the baseline of 0.088) stand out; L1H1 (0.09) and L1H3
+# (0.07) are at the baseline, and so is every Q and V score (0.08 at most).
 
 # %%
 composition = {mode: model.all_composition_scores(mode)[prev_layer, prev_head] for mode in ("K", "Q", "V")}
@@ -260,6 +274,10 @@ for layer, head in candidates[:5]:
 # The induction score (mean attention from the second copy of a token to the token after
 # its first copy, on repeated random tokens) of every later head, against its K-composition
 # with the previous-token head. The heads the weights pick should be the ones that score.
+# What to look at (tiny-gpt2): two groups. L1H0 (K-composition 0.178, induction score
+# 0.863) and L1H2 (0.180, 0.860) sit top right, L1H1 (0.089, 0.017) and L1H3 (0.073,
+# 0.001) bottom left near the random baseline (dotted): the weights pick the two heads
+# the data finds.
 
 # %%
 induction = scores["induction"]
@@ -320,6 +338,10 @@ for layer, head in sorted(later_heads, key=lambda lh: -float(induction[lh]))[:5]
 # tokens (the half that can be predicted by copying). We zero-ablate and mean-ablate each
 # head of the previous-token head's layer in turn (set its `hook_z` to 0, or to its mean
 # over batch and positions) with `run_with_hooks`.
+#
+# What to look at (tiny-gpt2): L0H0's bars, the induction loss going from 0.229 (dotted,
+# clean) to 9.26 zero-ablated and 8.67 mean-ablated; next comes L0H2 (2.36 and 3.42),
+# then L0H1 and L0H3 at 0.54 or less.
 
 # %%
 tokens = repeated_tokens(model, seq_len=50 if n_ctx > 101 else (n_ctx - 1) // 2, batch_size=8, seed=1)

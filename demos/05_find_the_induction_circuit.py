@@ -271,6 +271,11 @@ for name, v in zip(top5 + ["all 5 together"], values.tolist(), strict=True):
 # (metric(circuit) − metric(no edge)) / (metric(all edges) − metric(no edge)): 1 is the full
 # model, 0 the corrupted run (transformer-lens 4.3's `faithfulness(...).recovered`). The curve
 # keeps the top k edges by each score, for many k, all in batched patched forwards.
+#
+# What to look at (tiny-gpt2, 110 edges): EAP-IG's curve and the exact one rise together,
+# EAP-IG passing 0.8 at 36 edges (0.81), exact at 36 too (0.84, already 0.38 at 25). EAP's
+# curve stays at 0 up to 50 edges, sits below 0 (about -0.23) from 52 to 94, and jumps to
+# 1.0 at 96: the linear estimate ranks edges the circuit needs among its last ones.
 
 # %%
 counts = sorted({round(graph.n_edges * i / 40) for i in range(41)})  # 41 edge counts, 0 to all
@@ -316,6 +321,14 @@ if SMALL:
 # (the three inputs enter a head side by side), edges into MLPs grey, into the logits black.
 # Hover the middle of an edge for its name and score. `circuit_page` puts the graph and the
 # faithfulness curves on one page, and `save_html` writes it as one file that opens offline.
+#
+# What to look at (tiny-gpt2): 10 nodes, 35 edges (faithfulness 0.807, printed above). The
+# widest edges are the ones patched above: `input -> a0.h2<k>` (score -2.97), then
+# `input -> a0.h2<q>` (-1.65), `input -> m0` (-1.53), `m1 -> logits` (-1.53) and
+# `a0.h2 -> m0` (-1.31). The previous-token head's edges into the induction heads' keys
+# (`a0.h0 -> a1.h0<k>`, `a0.h0 -> a1.h2<k>`) are thin (-0.13 and -0.21): the width is
+# EAP-IG's estimate, yet patching those two edges exactly costs 43% of the metric
+# (above).
 
 # %%
 plots.circuit_graph(circuit, eap_ig, title=f"{MODEL_NAME}: top {k} EAP-IG edges, pruned")

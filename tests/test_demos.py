@@ -317,22 +317,52 @@ def test_output_comparison_catches_a_changed_number() -> None:
     assert any(p.startswith(f"code cell {cell}: outputs []") for p in output_differences(committed, fewer))
 
 
-def test_notebook_03_says_what_to_look_at_and_shows_the_estimates_slope() -> None:
-    """Every figure of 03 follows a markdown cell saying what to look at in it; the scatter of
-    attribution against activation patching gives each sweep's slope beside its correlation (a
-    correlation near 1 with the estimates a tenth of the effects would teach the wrong lesson)."""
-    cells = _read("03_cache_and_patch").cells
+def _figures_with_captions(name: str) -> list[tuple[str, str, dict[str, Any]]]:
+    """(code cell source, the markdown cell before it, plotly JSON) for every figure of NAME."""
+    found = []
     last_markdown = ""
-    figures = 0
-    for cell in cells:
+    for cell in _read(name).cells:
         if cell.cell_type == "markdown":
             last_markdown = cell.source
             continue
-        for out in cell.outputs:
-            if PLOTLY in out.get("data", {}):
-                figures += 1
-                assert "What to look at" in last_markdown, f"03: the figure of {cell.source[:60]!r} has no caption"
-                names = [trace.get("name") or "" for trace in out.data[PLOTLY]["data"]]
-                if any("r = " in n for n in names):
-                    assert all("slope" in n for n in names if "r = " in n), names
-    assert figures >= 9
+        found += [
+            (cell.source, last_markdown, out.data[PLOTLY]) for out in cell.outputs if PLOTLY in out.get("data", {})
+        ]
+    return found
+
+
+# The figures each notebook draws: a figure dropped (or an output lost) fails here too.
+FIGURES = {
+    "01_load_and_compare": 1,
+    "02_attention_heads": 7,
+    "03_cache_and_patch": 9,
+    "04_induction_circuit_from_weights": 6,
+    "05_find_the_induction_circuit": 2,
+    "06_sae_features": 3,
+    "07_attribution_graphs": 2,
+}
+
+
+@pytest.mark.parametrize("name", NOTEBOOKS)
+def test_every_figure_follows_a_caption_saying_what_to_look_at(name: str) -> None:
+    """The markdown cell just before each figure says "What to look at", with a number from
+    tiny-gpt2's run (the values a student should find in the figure)."""
+    figures = _figures_with_captions(name)
+    assert len(figures) == FIGURES[name], f"{name}: {len(figures)} figures, expected {FIGURES[name]}"
+    for source, caption, _ in figures:
+        assert "What to look at" in caption, f"{name}: the figure of {source[:60]!r} has no caption"
+        said = caption[caption.index("What to look at") :].replace("tiny-gpt2", "")  # a digit of its own
+        assert re.search(r"\d", said), f"{name}: the caption before {source[:60]!r} gives no number: {said!r}"
+
+
+def test_notebook_03_shows_the_estimates_slope() -> None:
+    """The scatter of attribution against activation patching gives each sweep's slope beside
+    its correlation (a correlation near 1 with the estimates a tenth of the effects would teach
+    the wrong lesson)."""
+    scatters = 0
+    for _, _, figure in _figures_with_captions("03_cache_and_patch"):
+        names = [trace.get("name") or "" for trace in figure["data"]]
+        if any("r = " in n for n in names):
+            scatters += 1
+            assert all("slope" in n for n in names if "r = " in n), names
+    assert scatters == 1
