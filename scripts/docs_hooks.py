@@ -29,12 +29,16 @@ import json
 import logging
 import posixpath
 import re
+import sys
 import typing
 from pathlib import Path
 from typing import Any
 
 from mkdocs.plugins import event_priority
 from mkdocs.structure.files import File, Files
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from public_api import public_modules  # noqa: E402  (the names the API reference lists; the docstring test's too)
 
 log = logging.getLogger("mkdocs.hooks.interp_gpt")
 
@@ -155,45 +159,12 @@ def on_files(files: Files, config: Any) -> Files:
     for result in sorted((bench / "results").iterdir()):
         files.append(_generated(config, f"benchmarks/results/{result.name}", result))
 
-    for module, names in _public_modules().items():
+    for module, names in public_modules().items():
         files.append(File.generated(config, f"api/{module}.md", content=_api_page(module, names)))
     return files
 
 
 # ----- the API reference, from the __all__ lists ----------------------------------------------
-# Modules (not packages) that users import by name, as in transformer-lens: a page each too.
-MODULES = (
-    "interp_gpt.utils",
-    "interp_gpt.evals",
-    "interp_gpt.head_detector",
-    "interp_gpt.metrics",
-    "interp_gpt.inspect",
-)
-# ... and what such a module offers without defining it (transformer-lens has `utils.Slice`).
-REEXPORTED = {"interp_gpt.utils": ["Slice"]}
-
-
-def _public_modules() -> dict[str, list[str]]:
-    """`interp_gpt`, each subpackage with an `__all__`, and MODULES -> the names they export
-    (a module without `__all__`: the public functions and classes it defines)."""
-    found = {}
-    packages = [
-        ".".join(p.parent.relative_to(REPO).parts) for p in sorted((REPO / "interp_gpt").glob("**/__init__.py"))
-    ]
-    for module in [*packages, *MODULES]:
-        imported = importlib.import_module(module)
-        names = getattr(imported, "__all__", None)
-        if names is None and module in MODULES:
-            names = [
-                n
-                for n, obj in vars(imported).items()
-                if not n.startswith("_") and callable(obj) and getattr(obj, "__module__", None) == module
-            ] + REEXPORTED.get(module, [])
-        if names is not None:
-            found[module] = list(names)
-    return found
-
-
 def _api_page(module: str, names: list[str]) -> str:
     lines = [
         f"# `{module}`",

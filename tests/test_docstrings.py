@@ -48,15 +48,9 @@ import pytest
 import torch
 
 REPO = Path(__file__).resolve().parents[1]
-# Modules (not packages) users import by name: the same list as the API reference's.
-MODULES = (
-    "interp_gpt.utils",
-    "interp_gpt.evals",
-    "interp_gpt.head_detector",
-    "interp_gpt.metrics",
-    "interp_gpt.inspect",
-)
-REEXPORTED = {"interp_gpt.utils": ["Slice"]}
+sys.path.insert(0, str(REPO / "scripts"))
+from public_api import MODULES, public_modules  # noqa: E402  (the API reference's list: one list for both)
+
 PROMPT = "The cat sat on the mat because it was tired."
 # A clean / corrupted pair of one length, and the answers (clean's, corrupted's) as single tokens.
 CLEAN = "The man gave the book to the woman, and then she gave it to"
@@ -65,26 +59,6 @@ ANSWERS = (" him", " her")
 # Docstrings whose examples need more than tiny-gpt2 and the core install (each says which, by MARKER).
 NEEDS_MORE = {"interp_gpt.compare", "interp_gpt.compare_with_transformer_lens"}
 MARKER = re.compile(r"needs (GPT-2|the network|transformer-lens)")
-
-
-def public_modules() -> dict[str, list[str]]:
-    """Module -> the names it exports, as the API reference lists them."""
-    packages = [
-        ".".join(p.parent.relative_to(REPO).parts) for p in sorted((REPO / "interp_gpt").glob("**/__init__.py"))
-    ]
-    found = {}
-    for module in [*packages, *MODULES]:
-        imported = importlib.import_module(module)
-        names = getattr(imported, "__all__", None)
-        if names is None and module in MODULES:
-            names = [
-                n
-                for n, obj in vars(imported).items()
-                if not n.startswith("_") and callable(obj) and getattr(obj, "__module__", None) == module
-            ] + REEXPORTED.get(module, [])
-        if names is not None:
-            found[module] = list(names)
-    return found
 
 
 def _ours(obj: Any) -> bool:
@@ -140,14 +114,15 @@ MODULE_NAMES = public_modules()
 
 
 def test_the_walk_sees_the_whole_api() -> None:
-    # the list of modules is the API reference's: read docs_hooks.py's MODULES without importing mkdocs
+    # the list of modules is the API reference's: docs_hooks.py takes it from scripts/public_api.py too
     tree = ast.parse((REPO / "scripts" / "docs_hooks.py").read_text())
-    docs_modules = next(
-        ast.literal_eval(node.value)
+    assert any(
+        isinstance(node, ast.ImportFrom)
+        and node.module == "public_api"
+        and any(a.name == "public_modules" for a in node.names)
         for node in tree.body
-        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "MODULES" for t in node.targets)
     )
-    assert tuple(docs_modules) == MODULES
+    assert MODULES and all(m in public_modules() for m in MODULES)
     modules = public_modules()
     assert {"interp_gpt", "interp_gpt.patching", "interp_gpt.circuits", "interp_gpt.sae", "interp_gpt.store"} <= set(
         modules
