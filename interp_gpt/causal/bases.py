@@ -30,7 +30,7 @@ def check_basis(basis: Any, d_model: int, arg: str = "basis", caller: str | None
     Example:
         >>> check_basis(torch.eye(4)[:, :2], 4).shape
         torch.Size([4, 2])
-        >>> check_basis(2 * torch.eye(4)[:, :2], 4)     # ValueError: basis is not orthonormal: ...
+        >>> check_basis(2 * torch.eye(4)[:, :2], 4)
         Traceback (most recent call last):
         ...
         ValueError: basis is not orthonormal: |basis.T @ basis - I| reaches 3 (tolerance 0.0001); ...
@@ -110,7 +110,7 @@ def mean_difference_basis(
         >>> _, cache = model.run_with_cache(model.to_tokens(["The cat sat", "The dog ran"]))
         >>> acts = cache["blocks.1.hook_resid_post"][:, -1]          # [2, d_model]
         >>> mean_difference_basis(acts, [0, 1]).shape
-        torch.Size([64, 1])
+        torch.Size([128, 1])
     """
     acts = check_type(acts, Tensor, "acts", "a tensor [batch, d_model]")
     if acts.ndim != 2 or 0 in acts.shape:

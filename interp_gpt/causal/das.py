@@ -30,11 +30,11 @@ from ..checks import check_float, check_int, check_int_in_range, check_type
 from .interchange import (
     Positions,
     TaskLogits,
-    _check_hook,
-    _model,
-    _tokens,
+    check_gpt,
+    check_hook,
     check_positions,
     check_strength,
+    check_token_rows,
     chunks,
     collect_activations,
     intervened,
@@ -109,9 +109,9 @@ def fit_das(
     and against `norm_matched_placebo`.
 
     Example:
-        >>> ids = [model.to_single_token(w) for w in (" cat", " dog")]
-        >>> base, source = model.to_tokens(["I saw a cat", "I saw a dog"]), model.to_tokens(["I saw a dog", "I saw a cat"])
-        >>> targets = torch.tensor([1, 0])                  # the source's animal
+        >>> ids = [model.to_single_token(w) for w in (" he", " she")]
+        >>> base, source = model.to_tokens(["Then he", "Then she"]), model.to_tokens(["Then she", "Then he"])
+        >>> targets = torch.tensor([1, 0])                  # the source's pronoun
         >>> task = lambda t: model(t)[:, -1, ids]
         >>> result = fit_das(model, "blocks.0.hook_resid_post", base, source, targets, task, rank=1, epochs=2,
         ...                  progress=False)
@@ -119,10 +119,10 @@ def fit_das(
         torch.Size([128, 1])
     """
     caller = "fit_das"
-    model = _model(model, caller)
-    hook = _check_hook(model, hook, caller)
-    base = _tokens(model, base, "base", caller)
-    source = _tokens(model, source, "source", caller)
+    model = check_gpt(model, caller)
+    hook = check_hook(model, hook, caller)
+    base = check_token_rows(model, base, "base", caller)
+    source = check_token_rows(model, source, "source", caller)
     targets = check_type(targets, Tensor, "targets", "a tensor of class indices [batch]", caller)
     if targets.is_floating_point() or targets.is_complex() or targets.dtype == torch.bool or targets.ndim != 1:
         raise TypeError(

@@ -39,13 +39,13 @@ Positions = int | Sequence[int] | Tensor
 Intervention = Callable[[Tensor, Tensor], Tensor]
 
 
-def _model(model: Any, caller: str) -> GPT:
+def check_gpt(model: Any, caller: str) -> GPT:
     from ..model import GPT
 
     return check_type(model, GPT, "model", "a GPT (interp_gpt's model)", caller)
 
 
-def _tokens(model: GPT, tokens: Any, arg: str, caller: str) -> Tensor:
+def check_token_rows(model: GPT, tokens: Any, arg: str, caller: str) -> Tensor:
     return check_tokens(tokens, model.cfg.d_vocab, model.cfg.n_ctx, arg, caller=caller).to(model.W_E.device)
 
 
@@ -89,7 +89,7 @@ def chunks(n: int, size: int) -> Iterator[slice]:
         yield slice(start, min(start + size, n))
 
 
-def _check_hook(model: GPT, hook: Any, caller: str) -> str:
+def check_hook(model: GPT, hook: Any, caller: str) -> str:
     if not isinstance(hook, str):
         raise TypeError(f"{caller}: hook must be a hook name (str), got {type(hook).__name__}")
     model.hook_points(hook)  # an unknown name: KeyError, with the close names
@@ -114,12 +114,12 @@ def collect_activations(
 
     Example:
         >>> collect_activations(model, "blocks.0.hook_resid_post", model.to_tokens(["The cat", "A dog"])).shape
-        torch.Size([2, 64])
+        torch.Size([2, 128])
     """
     caller = "collect_activations"
-    model = _model(model, caller)
-    hook = _check_hook(model, hook, caller)
-    tokens = _tokens(model, tokens, "tokens", caller)
+    model = check_gpt(model, caller)
+    hook = check_hook(model, hook, caller)
+    tokens = check_token_rows(model, tokens, "tokens", caller)
     batch_size = check_int_in_range(batch_size, "batch_size", 1, None, caller=caller)
     pos = check_positions(positions, tokens.shape[0], tokens.shape[1], "positions", caller)
     out = []
@@ -181,10 +181,10 @@ def _run(
     batch_size: Any,
     make: Callable[[Tensor], Intervention],
 ) -> Tensor:
-    model = _model(model, caller)
-    hook = _check_hook(model, hook, caller)
-    base = _tokens(model, base, "base", caller)
-    source = _tokens(model, source, "source", caller)
+    model = check_gpt(model, caller)
+    hook = check_hook(model, hook, caller)
+    base = check_token_rows(model, base, "base", caller)
+    source = check_token_rows(model, source, "source", caller)
     if len(source) != len(base):
         raise ValueError(f"{caller}: source has {len(source)} rows, base {len(base)}: expected one source per base")
     check_strength(strength, caller)
@@ -239,9 +239,9 @@ def interchange(
 
     Example:
         >>> base, source = model.to_tokens(["The cat sat on the"]), model.to_tokens(["The dog ran to the"])
-        >>> logits = interchange(model, "blocks.0.hook_resid_post", base, source, random_basis(64, 4))
-        >>> logits.shape
-        torch.Size([1, 6, 512])
+        >>> logits = interchange(model, "blocks.0.hook_resid_post", base, source, random_basis(model.cfg.d_model, 4))
+        >>> logits.shape                                    # [batch, pos, d_vocab]
+        torch.Size([1, 7, 2048])
     """
     s = check_strength(strength, "interchange")
 
@@ -286,10 +286,10 @@ def norm_matched_placebo(
 
     Example:
         >>> base, source = model.to_tokens(["The cat sat on the"]), model.to_tokens(["The dog ran to the"])
-        >>> B = random_basis(64, 4, seed=1)
+        >>> B = random_basis(model.cfg.d_model, 4, seed=1)
         >>> placebo = norm_matched_placebo(model, "blocks.0.hook_resid_post", base, source, B, seed=2)
         >>> placebo.shape
-        torch.Size([1, 6, 512])
+        torch.Size([1, 7, 2048])
     """
     caller = "norm_matched_placebo"
     s = check_strength(strength, caller)
