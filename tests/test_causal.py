@@ -224,6 +224,10 @@ def test_sparse_probing_picks_the_planted_features_and_splits_each_class() -> No
     again = sparse_probing(features, labels, k=2, seed=1)
     assert torch.equal(again.coefficients, probe.coefficients)
     assert not torch.equal(sparse_probing(features, labels, k=2, seed=2).test_indices, probe.test_indices)
+    # L-BFGS stopped after 2 iterations: the Newton steps still reach the optimum
+    short = sparse_probing(features, labels, k=5, seed=1, max_iter=2)
+    full = sparse_probing(features, labels, k=5, seed=1)
+    assert short.newton_decrement <= 1e-12 and torch.allclose(short.coefficients, full.coefficients, atol=1e-6)
 
 
 # ----------------------------------------------------------------------------

@@ -175,6 +175,10 @@ def test_sparse_probing_equals_transformer_lens(seed: int) -> None:
               f"accuracy {got.accuracy} vs {want.metrics.accuracy}")  # fmt: skip
         assert diff < 1e-8 and got.accuracy == want.metrics.accuracy
         assert torch.allclose(got.feature_scores, want.feature_scores, atol=0, rtol=0)
+    # L-BFGS cut short after 2 iterations: the Newton refinement finishes the fit, as transformer-lens' does
+    want = fit_sparse_probe(features, labels, k=6, seed=seed, max_iter=2)
+    got = sparse_probing(features, labels, k=6, seed=seed, max_iter=2)
+    assert float((got.coefficients - want.coefficients).abs().max()) < 1e-8
 
 
 def test_sparse_probing_of_mlp_neurons_equals_transformer_lens(pair) -> None:  # type: ignore[no-untyped-def]
