@@ -40,12 +40,14 @@ Intervention = Callable[[Tensor, Tensor], Tensor]
 
 
 def check_gpt(model: Any, caller: str) -> GPT:
-    from ..model import GPT
+    """`model` itself if it is our GPT (the checks below and the hooks need its config and hook points)."""
+    from ..model import GPT  # at call time: the model module sits below this package
 
     return check_type(model, GPT, "model", "a GPT (interp_gpt's model)", caller)
 
 
 def check_token_rows(model: GPT, tokens: Any, arg: str, caller: str) -> Tensor:
+    """Token ids `[batch, pos]` the model can run, on the model's device."""
     return check_tokens(tokens, model.cfg.d_vocab, model.cfg.n_ctx, arg, caller=caller).to(model.W_E.device)
 
 
@@ -60,6 +62,8 @@ def check_positions(positions: Any, n_batch: int, n_pos: int, arg: str, caller: 
         pos = torch.as_tensor(positions)
         if pos.dtype == torch.bool or pos.is_floating_point() or pos.is_complex():
             raise TypeError(f"{caller}: {arg} must hold integer positions, got dtype {pos.dtype}")
+        if pos.ndim == 0:  # a numpy or 0-d tensor int: every row
+            pos = pos.expand(n_batch)
         if tuple(pos.shape) != (n_batch,):
             raise ValueError(
                 f"{caller}: {arg} has shape {tuple(pos.shape)}, expected [{n_batch}] (one position per row)"
@@ -85,11 +89,13 @@ def check_strength(strength: Any, caller: str) -> float:
 
 
 def chunks(n: int, size: int) -> Iterator[slice]:
+    """Slices of `size` rows (the last one shorter) covering 0..n-1."""
     for start in range(0, n, size):
         yield slice(start, min(start + size, n))
 
 
 def check_hook(model: GPT, hook: Any, caller: str) -> str:
+    """`hook` itself if the model has a hook point of that name (a KeyError that suggests close names if not)."""
     if not isinstance(hook, str):
         raise TypeError(f"{caller}: hook must be a hook name (str), got {type(hook).__name__}")
     model.hook_points(hook)  # an unknown name: KeyError, with the close names
@@ -97,6 +103,7 @@ def check_hook(model: GPT, hook: Any, caller: str) -> str:
 
 
 def _rows(act: Tensor, pos: Tensor, hook: str, caller: str) -> Tensor:
+    """The `[batch, d]` rows of `act` `[batch, pos, d]` at one position per row."""
     if act.ndim != 3:
         raise ValueError(
             f"{caller}: hook {hook!r} holds shape {tuple(act.shape)}, expected [batch, pos, d] "
