@@ -17,6 +17,7 @@ from typing import Any
 MODULES = [
     "interp_gpt",
     "interp_gpt.cache",
+    "interp_gpt.causal",
     "interp_gpt.cli",
     "interp_gpt.compare",
     "interp_gpt.config",
