@@ -300,6 +300,9 @@ def test_map_direction_refuses_what_no_vector_does_exactly(
 
 
 def test_map_direction_between_alike_models_is_the_identity(raw: GPT, processed: GPT) -> None:
+    r = torch.randn(64) + 0.5  # onto centred writers an added direction goes mean-zero (the same effect)
+    torch.testing.assert_close(map_direction(r, raw, processed, "blocks.1.hook_resid_pre"), r - r.mean())
+    assert torch.equal(map_direction(r, processed, raw, "blocks.1.hook_resid_pre"), r)
     v = torch.randn(4, 16)
     assert torch.equal(map_direction(v, processed, processed, "blocks.0.attn.hook_z", mode="project_out"), v)
     assert torch.equal(map_direction(v, raw, processed, "blocks.0.attn.hook_q", mode="ablate"), v)
