@@ -549,7 +549,7 @@ def map_direction(v: Tensor, from_model: Any, to_model: Any, hook: str, mode: Mo
                 "fold_ln centres the weights that read this activation, so on folded weights only v - v.mean() "
                 "acts; v has a mean, which the raw model reads and the folded one cannot"
             )
-    elif family == "unembed_in":
+    elif family == "unembed_in" and fold[0] != fold[1]:  # folded alike: the same activation on both
         if mode != "add":
             raise refuse(
                 "the raw model's activation is x_hat * w + b, the folded one's x_hat: a projection does not carry over"
@@ -575,6 +575,6 @@ def map_direction(v: Tensor, from_model: Any, to_model: Any, hook: str, mode: Mo
                     "fold_value_biases moved the constant b_V (+ ln1.b @ W_V) out of this activation, and the "
                     f"difference has component {along:.3g} along v, so x . u differs between the models"
                 )
-    else:
+    elif family != "unembed_in":
         raise refuse("only hooks whose activation the processing changes in a known way map (see map_direction's docs)")
     return out.to(v.dtype)

@@ -299,6 +299,22 @@ def test_map_direction_refuses_what_no_vector_does_exactly(
     assert hook in str(info.value)
 
 
+def test_map_direction_between_partly_processed_models(hf_peaked: tuple[Any, Path], processed: GPT) -> None:
+    folded_only = GPT.from_pretrained(str(hf_peaked[1]), center_writing_weights=False, center_unembed=False).eval()
+    tokens = _prompt(6)
+    for hook, mode, shape in (
+        ("unembed.hook_in", "add", (64,)),  # folded on both: the same activation
+        ("unembed.hook_in", "project_out", (64,)),
+        ("blocks.1.hook_resid_mid", "add", (64,)),
+        ("blocks.1.attn.hook_z", "ablate", (4, 16)),  # the value constants agree (fold_value_biases on both)
+    ):
+        v = torch.randn(shape, generator=torch.Generator().manual_seed(6)) + 0.5
+        for a, b in ((processed, folded_only), (folded_only, processed)):
+            want = _log_probs(a, tokens, hook, v, mode, 1.0)
+            got = _log_probs(b, tokens, hook, map_direction(v, a, b, hook, mode=mode), mode, 1.0)  # type: ignore[arg-type]
+            torch.testing.assert_close(got, want, atol=2e-4, rtol=1e-4)
+
+
 def test_map_direction_between_alike_models_is_the_identity(raw: GPT, processed: GPT) -> None:
     r = torch.randn(64) + 0.5  # onto centred writers an added direction goes mean-zero (the same effect)
     torch.testing.assert_close(map_direction(r, raw, processed, "blocks.1.hook_resid_pre"), r - r.mean())
