@@ -324,6 +324,28 @@ def test_map_direction_between_alike_models_is_the_identity(raw: GPT, processed:
     assert torch.equal(map_direction(v, raw, processed, "blocks.0.attn.hook_q", mode="ablate"), v)
 
 
+@pytest.mark.parametrize(
+    "flags", [dict(use_attn_result=True, use_split_qkv_input=True, use_hook_mlp_in=True), dict(use_attn_in=True)]
+)
+def test_every_hook_takes_a_vector_of_its_activations_shape_at_one_position(flags: dict[str, bool]) -> None:
+    from interp_gpt import Config
+
+    model = GPT(Config(n_layers=2, d_model=32, n_heads=4, d_vocab=50, n_ctx=16, **flags)).eval()
+    tokens = torch.randint(0, 50, (2, 5), generator=torch.Generator().manual_seed(0))
+    _, cache = model.run_with_cache(tokens)
+    steered = 0
+    for name, act in cache.items():
+        if name.endswith(("hook_pattern", "hook_attn_scores")):
+            continue
+        site = act.shape[2:]
+        with steer(model, name, torch.ones(site), coeff=0.0):  # the shape the config says is the real one
+            model(tokens)
+        with pytest.raises(ValueError, match="per position"):
+            steer(model, name, torch.ones(*site[:-1], site[-1] + 1)).__enter__()
+        steered += 1
+    assert steered == len(cache) - 2 * model.cfg.n_layers
+
+
 def test_bad_inputs_are_refused_by_name(raw: GPT) -> None:
     v = _vector()
     with pytest.raises(ValueError, match=r"vector has shape \(63,\).*holds \[64\] per position"):
