@@ -522,14 +522,14 @@ def map_direction(v: Tensor, from_model: Any, to_model: Any, hook: str, mode: Mo
         [_value_constant(m, layer) for m in (from_model, to_model)] if family == "value" and layer is not None else []
     )
     alike = fold[0] == fold[1] and centred[0] == centred[1] and unembed[0] == unembed[1]
-    alike = alike and (not values or torch.allclose(values[0], values[1], atol=1e-6))
+    alike = alike and (not values or torch.allclose(values[0], values[1].to(values[0].device), atol=1e-6))
     if alike or family == "same":
         return v.clone()
 
     def refuse(why: str) -> ValueError:
         return ValueError(f"{caller}: {hook!r}, mode={mode!r}: {why}; no vector steers to_model the same way")
 
-    out = v.double()
+    out = v.double().to(from_model.W_E.device)  # beside the weights it is compared with
     if family in ("resid", "logits"):
         flags = centred if family == "resid" else unembed
         if mode != "add":
@@ -554,7 +554,7 @@ def map_direction(v: Tensor, from_model: Any, to_model: Any, hook: str, mode: Mo
             raise refuse(
                 "the raw model's activation is x_hat * w + b, the folded one's x_hat: a projection does not carry over"
             )
-        w = (to_model if fold[0] else from_model).ln_final.w.detach().double()
+        w = (to_model if fold[0] else from_model).ln_final.w.detach().double().to(out.device)
         if fold[0]:
             out = _centre(out) * w
         else:
@@ -568,7 +568,7 @@ def map_direction(v: Tensor, from_model: Any, to_model: Any, hook: str, mode: Mo
                 )
     elif family == "value":
         if mode != "add":
-            diff = (values[0] - values[1]).flatten()
+            diff = (values[0] - values[1].to(values[0].device)).flatten()
             along = float(diff @ (out.flatten() / out.norm()))
             if abs(along) > 1e-5 * max(1.0, float(diff.norm())):
                 raise refuse(
@@ -577,4 +577,4 @@ def map_direction(v: Tensor, from_model: Any, to_model: Any, hook: str, mode: Mo
                 )
     elif family != "unembed_in":
         raise refuse("only hooks whose activation the processing changes in a known way map (see map_direction's docs)")
-    return out.to(v.dtype)
+    return out.to(v.device, v.dtype)
