@@ -16,6 +16,7 @@ that entered it, and go when it exits, also when the body raises.
 
 from __future__ import annotations
 
+import math
 import re
 import threading
 from collections.abc import Iterator, Sequence
@@ -103,19 +104,12 @@ def _check_vector(model: Any, hook: str, vector: Any, caller: str, arg: str = "v
         cfg = model.cfg
         raise ValueError(
             f"{caller}: {arg} has shape {tuple(vector.shape)} ({vector.numel()} numbers), but {hook!r} holds "
-            f"{list(shape)} per position ({_prod(shape)} numbers; d_model={cfg.d_model}, n_heads={cfg.n_heads}, "
+            f"{list(shape)} per position ({math.prod(shape)} numbers; d_model={cfg.d_model}, n_heads={cfg.n_heads}, "
             f"d_head={cfg.d_head}, d_mlp={cfg.d_mlp})"
         )
     if not bool(torch.isfinite(vector).all()):
         raise ValueError(f"{caller}: {arg} holds non-finite values (nan or inf)")
     return vector.detach()
-
-
-def _prod(shape: tuple[int, ...]) -> int:
-    n = 1
-    for s in shape:
-        n *= s
-    return n
 
 
 def _check_positions(positions: Any, n_ctx: int, caller: str) -> list[int] | slice | None:
