@@ -16,6 +16,7 @@ MODULES = (
     "interp_gpt.head_detector",
     "interp_gpt.metrics",
     "interp_gpt.inspect",
+    "interp_gpt.steering",
 )
 # ... and what such a module offers without defining it (transformer-lens has `utils.Slice`).
 REEXPORTED = {"interp_gpt.utils": ["Slice"]}

@@ -28,6 +28,7 @@ MODULES = [
     "interp_gpt.model",
     "interp_gpt.patching",
     "interp_gpt.plots",
+    "interp_gpt.steering",
     "interp_gpt.tokenizer",
     "interp_gpt.utils",
 ]

@@ -85,6 +85,7 @@ def test_every_public_name_has_an_api_entry(site: Path) -> None:
         "interp_gpt.head_detector": importlib.import_module("interp_gpt.head_detector").__all__,
         "interp_gpt.metrics": importlib.import_module("interp_gpt.metrics").__all__,
         "interp_gpt.inspect": importlib.import_module("interp_gpt.inspect").__all__,
+        "interp_gpt.steering": importlib.import_module("interp_gpt.steering").__all__,
     }.items():
         page = (site / "api" / f"{module}.html").read_text(encoding="utf-8")
         missing += [f"{module}.{name}" for name in names if f'id="{module}.{name}"' not in page]
