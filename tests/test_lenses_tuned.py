@@ -52,7 +52,9 @@ def test_the_identity_lens_is_the_logit_lens_and_the_models_readout(model: GPT) 
     assert ours.shape == (model.cfg.n_layers, 1, *reference.shape[1:])
     torch.testing.assert_close(ours[:, 0], reference[:-1], atol=2e-5, rtol=0)
     torch.testing.assert_close(lens.forward_all(model.to_tokens(PROMPT)), ours)  # tokens: one pass of its own
-    torch.testing.assert_close(lens.unembed(cache[f"blocks.{model.cfg.n_layers - 1}.hook_resid_post"]), logits, atol=2e-5, rtol=0)
+    torch.testing.assert_close(
+        lens.unembed(cache[f"blocks.{model.cfg.n_layers - 1}.hook_resid_post"]), logits, atol=2e-5, rtol=0
+    )
     h = cache["blocks.1.hook_resid_pre"][0, 3]  # any leading shape
     torch.testing.assert_close(lens(h, 1), reference[1, 3], atol=2e-5, rtol=0)
 
@@ -90,17 +92,17 @@ def _reference_fit(model: GPT, windows: torch.Tensor, steps: int, batch_size: in
     opt = torch.optim.SGD(params, lr=0.1, momentum=0.9, nesterov=True, weight_decay=1e-3)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: (steps - s) / steps)
     per_epoch = windows.shape[0] // batch_size
+    seen: dict[int, torch.Tensor] = {}  # each layer's input, from the step's forward
+    hooks = [
+        (f"blocks.{L}.hook_resid_pre", lambda x, hook, L=L: seen.__setitem__(L, x.detach().clone()))
+        for L in range(n_layers)
+    ]
     model.requires_grad_(False)
     try:
         for step in range(steps):
             order = torch.randperm(windows.shape[0], generator=torch.Generator().manual_seed(seed + step // per_epoch))
             i = step % per_epoch
             batch = windows[order[i * batch_size : (i + 1) * batch_size]]
-            seen: dict[int, torch.Tensor] = {}
-            hooks = [
-                (f"blocks.{L}.hook_resid_pre", lambda x, hook, L=L: seen.__setitem__(L, x.detach().clone()))
-                for L in range(n_layers)
-            ]
             with torch.no_grad():
                 target = model.run_with_hooks(batch, fwd_hooks=hooks).log_softmax(-1)
             for L in range(n_layers):
@@ -121,7 +123,7 @@ def test_training_equals_a_from_scratch_loop_of_the_same_objective(model: GPT) -
     assert windows.shape[0] >= 6
     lens = fit_tuned_lens(model, windows, steps=5, batch_size=2, seed=3, progress=False)
     reference = _reference_fit(model, windows, steps=5, batch_size=2, seed=3)
-    for ours, ref in zip(lens, reference):
+    for ours, ref in zip(lens, reference, strict=True):
         assert isinstance(ours, nn.Linear)
         assert ref.weight.abs().max() > 1e-4  # it moved
         torch.testing.assert_close(ours.weight, ref.weight, atol=1e-6, rtol=0)
@@ -146,8 +148,10 @@ def test_a_stopped_run_is_saved_and_resumes_to_the_same_weights(model: GPT, tmp_
         model.reset_hooks()
     state = torch.load(tmp_path / "lens" / "training_state.pt", weights_only=True)
     assert state["step"] == 3
-    resumed = fit_tuned_lens(model, windows, steps=6, batch_size=2, progress=False, save_to=tmp_path / "lens", resume=True)
-    for a, b in zip(resumed.state_dict().values(), whole.state_dict().values()):
+    resumed = fit_tuned_lens(
+        model, windows, steps=6, batch_size=2, progress=False, save_to=tmp_path / "lens", resume=True
+    )
+    for a, b in zip(resumed.state_dict().values(), whole.state_dict().values(), strict=True):
         torch.testing.assert_close(a, b, atol=1e-7, rtol=0)
     with pytest.raises(ValueError, match=r"other settings .*'steps': \(6, 7\)"):
         fit_tuned_lens(model, windows, steps=7, batch_size=2, progress=False, save_to=tmp_path / "lens", resume=True)
@@ -158,13 +162,18 @@ def test_save_and_load_round_trip_in_tuned_lens_format(model: GPT, tmp_path: Pat
     lens = _perturbed(model)
     folder = lens.save(tmp_path / "lens")
     config = json.loads((folder / "config.json").read_text())
-    assert {"d_model": 128, "num_hidden_layers": 2, "bias": True, "lens_type": "linear_tuned_lens"}.items() <= config.items()
+    assert {
+        "d_model": 128,
+        "num_hidden_layers": 2,
+        "bias": True,
+        "lens_type": "linear_tuned_lens",
+    }.items() <= config.items()
     assert config[PROCESSING_KEY] == {"fold_ln": True, "center_writing_weights": True}
     assert len(config["unembed_hash"]) == 64
     params = torch.load(folder / "params.pt", weights_only=True)
     assert sorted(params) == ["0.bias", "0.weight", "1.bias", "1.weight"]
     back = TunedLens.from_pretrained(folder, model)
-    for a, b in zip(back.state_dict().values(), lens.state_dict().values()):
+    for a, b in zip(back.state_dict().values(), lens.state_dict().values(), strict=True):
         assert torch.equal(a, b)
     assert back.config == lens.config
     h = torch.randn(2, 3, model.cfg.d_model)
@@ -181,7 +190,9 @@ def test_a_lens_is_exact_across_fold_ln_and_refused_across_centring(tmp_path: Pa
     torch.testing.assert_close(
         on_folded.forward_all(tokens).log_softmax(-1), lens.forward_all(tokens).log_softmax(-1), atol=1e-4, rtol=0
     )
-    with pytest.raises(ValueError, match=r"trained on a raw residual stream .* model's is centred .*from_pretrained_no_processing"):
+    with pytest.raises(
+        ValueError, match=r"trained on a raw residual stream .* model's is centred .*from_pretrained_no_processing"
+    ):
         TunedLens.from_pretrained(tmp_path / "raw", GPT.from_pretrained("tiny-gpt2"))
     _perturbed(GPT.from_pretrained("tiny-gpt2")).save(tmp_path / "processed")
     with pytest.raises(ValueError, match=r"trained on a centred residual stream .* model's is raw"):

@@ -8,10 +8,18 @@ Example:
     >>> from interp_gpt.lenses import TunedLens, fit_tuned_lens, lens_kl
     >>> lens = fit_tuned_lens(model, "data/corpus", steps=2, batch_size=2, context_size=32, progress=False)
     >>> lens.forward_all("The cat sat").shape          # [layer, batch, pos, d_vocab]
-    torch.Size([2, 1, 4, 2048])
+    torch.Size([2, 1, 5, 2048])
 """
 
 from .train import fit_tuned_lens, lens_kl, lens_windows
 from .tuned import PROCESSING_KEY, TunedLens, resid_processing, unembed_hash
 
-__all__ = ["TunedLens", "fit_tuned_lens", "lens_kl", "lens_windows", "resid_processing", "unembed_hash", "PROCESSING_KEY"]
+__all__ = [
+    "TunedLens",
+    "fit_tuned_lens",
+    "lens_kl",
+    "lens_windows",
+    "resid_processing",
+    "unembed_hash",
+    "PROCESSING_KEY",
+]

@@ -29,6 +29,7 @@ from typing import Any
 import torch
 from jaxtyping import Float
 from torch import Tensor
+from tqdm.auto import tqdm  # type: ignore[import-untyped]
 
 from ..checks import check_float, check_int_in_range, check_text_files, check_token_ids, check_type
 from ..files import atomic_path
@@ -135,7 +136,9 @@ def fit_tuned_lens(
     lr, max_grad_norm = check_float(lr, "lr", 0.0), check_float(max_grad_norm, "max_grad_norm", 0.0)
     momentum = check_float(momentum, "momentum", 0.0, 1.0)  # Nesterov needs momentum > 0
     if isinstance(weight_decay, bool) or not isinstance(weight_decay, (int, float)) or not 0 <= weight_decay < 1e300:
-        raise ValueError(f"fit_tuned_lens: weight_decay={weight_decay!r} is out of range: expected a finite number >= 0")
+        raise ValueError(
+            f"fit_tuned_lens: weight_decay={weight_decay!r} is out of range: expected a finite number >= 0"
+        )
     windows = lens_windows(model, data, context_size)
     n = windows.shape[0]
     if n < batch_size:
@@ -153,8 +156,6 @@ def fit_tuned_lens(
     device = model.unembed.W_U.device
     per_epoch, epoch, order = n // batch_size, -1, torch.arange(n)
     done = start
-    from tqdm.auto import tqdm
-
     bar = tqdm(range(start, steps), initial=start, total=steps, desc="tuned lens", disable=not progress)
     try:
         for step in bar:

@@ -92,8 +92,9 @@ def resid_processing(model: GPT) -> dict[str, bool]:
         >>> resid_processing(model)
         {'fold_ln': True, 'center_writing_weights': True}
     """
-    writers = [model.embed.W_E, model.pos_embed.W_pos]
-    for block in model.blocks:
+    writers: list[Tensor] = [model.embed.W_E, model.pos_embed.W_pos]
+    blocks: Any = model.blocks
+    for block in blocks:
         writers += [block.attn.W_O, block.attn.b_O]
         if not model.cfg.attn_only:
             writers += [block.mlp.W_out, block.mlp.b_out]
@@ -113,9 +114,9 @@ class TunedLens(nn.Module):
         >>> lens = TunedLens.from_model(model)
         >>> _, cache = model.run_with_cache("The cat sat on the mat")
         >>> lens(cache["blocks.1.hook_resid_pre"], 1).shape        # [batch, pos, d_vocab]
-        torch.Size([1, 7, 2048])
+        torch.Size([1, 9, 2048])
         >>> lens.forward_all(cache).shape                          # [layer, batch, pos, d_vocab]
-        torch.Size([2, 1, 7, 2048])
+        torch.Size([2, 1, 9, 2048])
     """
 
     layer_translators: nn.ModuleList
@@ -220,7 +221,7 @@ class TunedLens(nn.Module):
         Example:
             >>> lens = TunedLens.from_model(model)
             >>> lens(cache["blocks.0.hook_resid_pre"], 0).shape
-            torch.Size([1, 12, 2048])
+            torch.Size([1, 15, 2048])
         """
         return self.unembed(self.transform_hidden(h, layer))
 
@@ -231,7 +232,7 @@ class TunedLens(nn.Module):
 
         Example:
             >>> TunedLens.from_model(model).forward_all("Hello world").shape
-            torch.Size([2, 1, 3, 2048])
+            torch.Size([2, 1, 5, 2048])
         """
         names = [f"blocks.{layer}.hook_resid_pre" for layer in range(len(self))]
         if not isinstance(input, ActivationCache):
@@ -251,7 +252,9 @@ class TunedLens(nn.Module):
         """
         folder = Path(path)
         if folder.exists() and not folder.is_dir():
-            raise ValueError(f"TunedLens.save: path={str(path)!r} is a file; expected a folder (config.json, params.pt)")
+            raise ValueError(
+                f"TunedLens.save: path={str(path)!r} is a file; expected a folder (config.json, params.pt)"
+            )
         state = {k: v.detach().cpu().clone() for k, v in self.layer_translators.state_dict().items()}
         with atomic_path(folder / "params.pt") as tmp:
             torch.save(state, tmp)
@@ -337,7 +340,9 @@ def _check_state(state: Any, lens: TunedLens, where: str) -> None:
         raise ValueError(f"{where}: params.pt holds {type(state).__name__}, expected a state dict of tensors")
     want = {k: tuple(v.shape) for k, v in lens.layer_translators.state_dict().items()}
     missing, extra = sorted(set(want) - set(state)), sorted(set(state) - set(want))
-    bad = [f"{k} {tuple(state[k].shape)} (expected {want[k]})" for k in want if k in state and state[k].shape != want[k]]
+    bad = [
+        f"{k} {tuple(state[k].shape)} (expected {want[k]})" for k in want if k in state and state[k].shape != want[k]
+    ]
     if missing or extra or bad:
         raise ValueError(f"{where}: params.pt: missing {missing}, unexpected {extra}, mis-shaped {bad}")
     nonfinite = [k for k, v in state.items() if not bool(torch.isfinite(v).all())]
