@@ -76,9 +76,8 @@ def main(argv: list[str] | None = None) -> int:
     tokens = random_tokens(args.batch, args.pos)
     fns = {"ours": lambda: fit_tuned_lens(model, tokens, steps=args.steps, batch_size=args.batch, progress=False)}
     try:
-        from transformers import GPT2LMHeadModel
-
         import tuned_lens  # noqa: F401
+        from transformers import GPT2LMHeadModel
 
         hf = GPT2LMHeadModel.from_pretrained(folder).eval()
         fns["tuned-lens"] = lambda: theirs(hf, tokens, args.steps)
