@@ -5,6 +5,7 @@ run resumes to the same weights, and bad inputs are refused by name."""
 from __future__ import annotations
 
 import json
+import warnings
 from pathlib import Path
 
 import pytest
@@ -168,7 +169,7 @@ def test_save_and_load_round_trip_in_tuned_lens_format(model: GPT, tmp_path: Pat
         "bias": True,
         "lens_type": "linear_tuned_lens",
     }.items() <= config.items()
-    assert config[PROCESSING_KEY] == {"fold_ln": True, "center_writing_weights": True}
+    assert config[PROCESSING_KEY] == {"fold_ln": True, "center_writing_weights": True, "center_unembed": True}
     assert len(config["unembed_hash"]) == 64
     params = torch.load(folder / "params.pt", weights_only=True)
     assert sorted(params) == ["0.bias", "0.weight", "1.bias", "1.weight"]
@@ -182,10 +183,15 @@ def test_save_and_load_round_trip_in_tuned_lens_format(model: GPT, tmp_path: Pat
 
 def test_a_lens_is_exact_across_fold_ln_and_refused_across_centring(tmp_path: Path) -> None:
     raw = GPT.from_pretrained_no_processing("tiny-gpt2")
-    folded = GPT.from_pretrained("tiny-gpt2", fold_ln=True, center_writing_weights=False, center_unembed=False)
+    folded = GPT.from_pretrained("tiny-gpt2", fold_ln=True, center_writing_weights=False, center_unembed=True)
     lens = _perturbed(raw)
     lens.save(tmp_path / "raw")
-    on_folded = TunedLens.from_pretrained(tmp_path / "raw", folded)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # another W_U, but processed otherwise: no hash warning
+        on_folded = TunedLens.from_pretrained(tmp_path / "raw", folded)
+        TunedLens.from_pretrained(
+            tmp_path / "raw", GPT.from_pretrained("tiny-gpt2", fold_ln=False, center_writing_weights=False)
+        )  # center_unembed alone
     tokens = raw.to_tokens(PROMPT)
     torch.testing.assert_close(
         on_folded.forward_all(tokens).log_softmax(-1), lens.forward_all(tokens).log_softmax(-1), atol=1e-4, rtol=0

@@ -93,7 +93,7 @@ def test_tuned_lens_loads_our_folder(pair, tmp_path: Path, caplog) -> None:  # t
         ours[0].weight.mul_(-1.5)
     ours.save(tmp_path / "ours")
     config = json.loads((tmp_path / "ours" / "config.json").read_text())
-    assert config[PROCESSING_KEY] == {"fold_ln": False, "center_writing_weights": False}
+    assert config[PROCESSING_KEY] == {"fold_ln": False, "center_writing_weights": False, "center_unembed": False}
     with caplog.at_level(logging.WARNING):
         theirs = tuned_lens.TunedLens.from_model_and_pretrained(hf, str(tmp_path / "ours"), map_location="cpu")
     assert "unembedding matrix hash does not match" not in caplog.text  # our hash is theirs

@@ -12,14 +12,14 @@ Example:
 """
 
 from .train import fit_tuned_lens, lens_kl, lens_windows
-from .tuned import PROCESSING_KEY, TunedLens, resid_processing, unembed_hash
+from .tuned import PROCESSING_KEY, TunedLens, lens_processing, unembed_hash
 
 __all__ = [
     "TunedLens",
     "fit_tuned_lens",
     "lens_kl",
     "lens_windows",
-    "resid_processing",
+    "lens_processing",
     "unembed_hash",
     "PROCESSING_KEY",
 ]

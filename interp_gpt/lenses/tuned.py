@@ -44,10 +44,10 @@ from ..checks import cached_activation, check_index, check_type
 from ..files import atomic_path
 from ..model import GPT, LayerNorm
 
-__all__ = ["TunedLens", "unembed_hash", "resid_processing", "PROCESSING_KEY"]
+__all__ = ["TunedLens", "unembed_hash", "lens_processing", "PROCESSING_KEY"]
 
 PROCESSING_KEY = "interp_gpt_model_processing"  # config.json: the weights the lens was trained on
-_RAW = {"fold_ln": False, "center_writing_weights": False}
+_RAW = {"fold_ln": False, "center_writing_weights": False, "center_unembed": False}
 _LOAD_RAW = "GPT.from_pretrained_no_processing(...)"
 _LOAD_PROCESSED = "GPT.from_pretrained(...)"
 
@@ -83,14 +83,15 @@ def _centred(t: Tensor) -> bool:
     return True
 
 
-def resid_processing(model: GPT) -> dict[str, bool]:
-    """The weight processing that bears on a tuned lens: {"fold_ln": the LayerNorms are folded,
-    "center_writing_weights": every writer to the residual stream (W_E, W_pos, each W_O, b_O, W_out,
-    b_out) writes mean-zero vectors}. What `TunedLens.save` records.
+def lens_processing(model: GPT) -> dict[str, bool]:
+    """The weight processing of `model` as a tuned lens sees it, read from the weights: {"fold_ln": the
+    LayerNorms are folded, "center_writing_weights": every writer to the residual stream (W_E, W_pos,
+    each W_O, b_O, W_out, b_out) writes mean-zero vectors, "center_unembed": W_U's rows are mean-zero}.
+    What `TunedLens.save` records; only centring the stream changes what a translator reads.
 
     Example:
-        >>> resid_processing(model)
-        {'fold_ln': True, 'center_writing_weights': True}
+        >>> lens_processing(model)
+        {'fold_ln': True, 'center_writing_weights': True, 'center_unembed': True}
     """
     writers: list[Tensor] = [model.embed.W_E, model.pos_embed.W_pos]
     blocks: Any = model.blocks
@@ -99,7 +100,11 @@ def resid_processing(model: GPT) -> dict[str, bool]:
         if not model.cfg.attn_only:
             writers += [block.mlp.W_out, block.mlp.b_out]
     centred = model.cfg.normalization_type is not None and all(_centred(w) for w in writers)
-    return {"fold_ln": model.cfg.normalization_type == "LNPre", "center_writing_weights": centred}
+    return {
+        "fold_ln": model.cfg.normalization_type == "LNPre",
+        "center_writing_weights": centred,
+        "center_unembed": _centred(model.unembed.W_U),
+    }
 
 
 class TunedLens(nn.Module):
@@ -139,7 +144,7 @@ class TunedLens(nn.Module):
             "lens_type": "linear_tuned_lens",
             **(config or {}),
             "unembed_hash": unembed_hash(model),
-            PROCESSING_KEY: resid_processing(model),
+            PROCESSING_KEY: lens_processing(model),
         }
         translators = []
         for _ in range(cfg.n_layers):
@@ -315,7 +320,7 @@ def _check_config(config: dict[str, Any], model: GPT, where: str) -> None:
     recorded = config.get(PROCESSING_KEY) or _RAW  # tuned-lens' own lenses: Hugging Face's raw weights
     if not isinstance(recorded, dict) or not all(isinstance(recorded.get(k), bool) for k in _RAW):
         raise ValueError(f"{where}: config.json {PROCESSING_KEY}={recorded!r}, expected {_RAW}-like booleans")
-    mine_p = resid_processing(model)
+    mine_p = lens_processing(model)
     lens_c, model_c = recorded["center_writing_weights"], mine_p["center_writing_weights"]
     if lens_c != model_c:
         how = "centred" if lens_c else "raw"
@@ -326,6 +331,7 @@ def _check_config(config: dict[str, Any], model: GPT, where: str) -> None:
             f"its translators would read other numbers: load the model with {load}"
         )
     lens_hash = config.get("unembed_hash")
+    # the hash compares unembeddings processed alike (fold_ln and center_unembed change W_U, not the lens)
     if lens_hash and {k: recorded[k] for k in _RAW} == mine_p and lens_hash != unembed_hash(model):
         warnings.warn(
             f"{where}: its unembed_hash {lens_hash[:12]}... differs from the model's {unembed_hash(model)[:12]}...: "
