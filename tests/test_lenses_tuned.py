@@ -253,6 +253,8 @@ def test_bad_calls_are_refused_by_name(model: GPT) -> None:
     h = torch.randn(1, 4, 128)
     with pytest.raises(ValueError, match=r"layer=2 is out of range: layers are 0..1"):
         lens(h, 2)
+    with pytest.raises(TypeError, match=r"TunedLens: layer must be an int, got str"):
+        lens(h, "1")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match=r"h has shape \(1, 4, 64\) .* expected a float tensor \[..., d_model=128\]"):
         lens(torch.randn(1, 4, 64), 0)
     with pytest.raises(TypeError, match="model must be an interp_gpt GPT"):

@@ -40,7 +40,7 @@ from jaxtyping import Float
 from torch import Tensor, nn
 
 from ..cache import ActivationCache
-from ..checks import cached_activation, check_index, check_type
+from ..checks import cached_activation, check_index, check_int, check_type
 from ..files import atomic_path
 from ..model import GPT, LayerNorm
 
@@ -184,17 +184,15 @@ class TunedLens(nn.Module):
             raise ValueError(
                 f"TunedLens: h has shape {tuple(h.shape)} ({h.dtype}), expected a float tensor [..., d_model={d_model}]"
             )
-        n = len(self)
-        if isinstance(layer, bool) or not isinstance(layer, int) or not 0 <= layer < n:
+        n, layer = len(self), check_int(layer, "layer", "TunedLens")
+        if not 0 <= layer < n:
             raise ValueError(
                 f"TunedLens: layer={layer!r} is out of range: layers are 0..{n - 1} "
                 f"(the stream entering each layer, blocks.{{layer}}.hook_resid_pre)"
             )
         return layer
 
-    def transform_hidden(
-        self, h: Float[Tensor, "... d_model"], layer: int
-    ) -> Float[Tensor, "... d_model"]:  # fmt: skip
+    def transform_hidden(self, h: Float[Tensor, "... d_model"], layer: int) -> Float[Tensor, "... d_model"]:
         """The stream entering `layer` as the lens reads it: `h + A_l h + b_l` (tuned-lens' name).
 
         Example:
