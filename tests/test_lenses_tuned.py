@@ -257,6 +257,8 @@ def test_bad_calls_are_refused_by_name(model: GPT) -> None:
         lens(h, "1")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match=r"h has shape \(1, 4, 64\) .* expected a float tensor \[..., d_model=128\]"):
         lens(torch.randn(1, 4, 64), 0)
+    with pytest.raises(TypeError, match="model_or_lens must be a GPT or a TunedLens, got str"):
+        fit_tuned_lens("tiny-gpt2", "data/corpus", steps=1)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="model must be an interp_gpt GPT"):
         TunedLens("tiny-gpt2")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match=r"data: 1 windows of 16 tokens, fewer than batch_size=2"):

@@ -71,10 +71,6 @@ def lens_windows(model: GPT, data: Any, context_size: int = 128) -> Tensor:
     return torch.stack(rows)
 
 
-def _settings(lens: TunedLens, **kw: Any) -> dict[str, Any]:
-    return {"n_layers": len(lens), **kw}
-
-
 def _save(lens: TunedLens, folder: Path, step: int, opt: torch.optim.Optimizer, settings: dict[str, Any]) -> None:
     lens.save(folder)
     with atomic_path(folder / STATE_FILE) as tmp:
@@ -129,8 +125,12 @@ def fit_tuned_lens(
         >>> lens_kl(lens, "data/corpus", context_size=32, max_windows=4).shape      # one KL per layer
         torch.Size([2])
     """
+    if not isinstance(model_or_lens, (GPT, TunedLens)):
+        raise TypeError(
+            f"fit_tuned_lens: model_or_lens must be a GPT or a TunedLens, got {type(model_or_lens).__name__}"
+        )
     lens = model_or_lens if isinstance(model_or_lens, TunedLens) else TunedLens.from_model(model_or_lens)
-    model = check_type(lens.model, GPT, "model_or_lens", "a GPT or a TunedLens", "fit_tuned_lens")
+    model = lens.model
     steps = check_int_in_range(steps, "steps", 1, None)
     batch_size = check_int_in_range(batch_size, "batch_size", 1, None)
     lr, max_grad_norm = check_float(lr, "lr", 0.0), check_float(max_grad_norm, "max_grad_norm", 0.0)
@@ -145,8 +145,8 @@ def fit_tuned_lens(
         raise ValueError(f"data: {n} windows of {windows.shape[1]} tokens, fewer than batch_size={batch_size}")
     if resume and save_to is None:
         raise ValueError("resume=True needs save_to: the folder a stopped run saved into")
-    settings = _settings(
-        lens, steps=steps, batch_size=batch_size, windows=list(windows.shape), lr=lr, momentum=momentum,
+    settings = dict(
+        n_layers=len(lens), steps=steps, batch_size=batch_size, windows=list(windows.shape), lr=lr, momentum=momentum,
         weight_decay=weight_decay, max_grad_norm=max_grad_norm, seed=seed,
     )  # fmt: skip
     opt = torch.optim.SGD(lens.parameters(), lr=lr, momentum=momentum, nesterov=True, weight_decay=weight_decay)
