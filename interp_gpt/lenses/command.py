@@ -1,7 +1,7 @@
 """`interp-gpt train-lens` (train a tuned lens on a corpus) and what `interp-gpt lens --tuned` reads.
 
-    interp-gpt train-lens tiny-gpt2 --data data/corpus --steps 250 --out lenses/tiny-gpt2
-    interp-gpt lens tiny-gpt2 "The cat sat on the mat" --tuned lenses/tiny-gpt2
+    interp-gpt train-lens tiny-gpt2 --data data/corpus --steps 250 --out lens-tiny
+    interp-gpt lens tiny-gpt2 "The cat sat on the mat" --tuned lens-tiny
 
 The model is loaded processed, as every command loads it (fold_ln, centring): the lens records that,
 and `lens --tuned` refuses a lens trained on another residual stream (tuned-lens' own lenses, for
@@ -32,17 +32,24 @@ DESCRIPTION = (
     "trained; --resume goes on from there. Read it with interp-gpt lens MODEL PROMPT --tuned OUT."
 )
 EXAMPLES = [
-    "--data data/corpus --steps 250 --out lenses/tiny-gpt2",
-    "tiny-gpt2 --data data/corpus --steps 500 --batch-size 16 --out lenses/tiny-gpt2 --resume",
+    "--data data/corpus --steps 250 --out lens-tiny",
+    "--data data/corpus --steps 250 --out lens-tiny --resume     # after Ctrl-C: goes on from there",
+    "gpt2 --data my_corpus/ --steps 250 --batch-size 4 --context-size 512 --out lens-gpt2",
 ]
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """The `train-lens` options."""
-    p.add_argument("model", nargs="?", default="tiny-gpt2", metavar="MODEL", help="model name, hub id, folder or file")
+    p.add_argument(
+        "model",
+        nargs="?",
+        default="tiny-gpt2",
+        metavar="MODEL",
+        help="model name, hub id, folder or file (default: tiny-gpt2)",
+    )
     add_data_argument(p, "the text to train on (each file split by --val-frac)")
     p.add_argument("--val-frac", type=float, default=0.1, help="tail of each file kept for validation")
-    p.add_argument("--steps", type=int, default=250, metavar="N", help="optimiser steps (tuned-lens' default 250)")
+    p.add_argument("--steps", type=int, default=250, metavar="N", help="optimiser steps (default: 250, as tuned-lens)")
     p.add_argument("--batch-size", type=int, default=8, metavar="N", help="windows per step")
     p.add_argument("--context-size", type=int, default=128, metavar="N", help="tokens per window (BOS first)")
     p.add_argument("--lr", type=float, default=0.1, help="SGD's learning rate, decayed linearly to 0")
