@@ -3,7 +3,7 @@
     interp-gpt generate  [MODEL] PROMPT [--max-new-tokens N] [--temperature T] [--top-k K]
                                         [--top-p P] [--greedy] [--seed S]
     interp-gpt attention [MODEL] PROMPT [--layer L] [--head H] [--out PAGE.html]
-    interp-gpt lens      [MODEL] PROMPT [--top N]
+    interp-gpt lens      [MODEL] PROMPT [--top N] [--tuned DIR]
     interp-gpt heads     [MODEL] [--top N]
     interp-gpt compare   [MODEL] [--prompt TEXT] [--unprocessed] [--per-layer] [--json]
     interp-gpt harvest   --hook NAME --data PATH --out DIR --n-tokens N [--model MODEL] [...]
@@ -11,6 +11,7 @@
     interp-gpt train-sae --data PATH --out DIR [--model MODEL] [--hook NAME] [--k K] [--n-tokens N] [...]
     interp-gpt train-transcoder --data PATH --out DIR [--kind plt|skip|clt] [--layers 0,1] [--k K] [...]
     interp-gpt attribute MODEL PROMPT --transcoders PATH --out PAGE.html [--json GRAPH.json] [...]
+    interp-gpt train-lens [MODEL] --data PATH --out DIR [--steps N] [--batch-size N] [...]
 
 MODEL is `tiny-gpt2` (the default: the small model shipped inside the package, so every
 command runs offline), a hub id (gpt2, gpt2-medium, ...), a local folder or weights file,
@@ -227,6 +228,7 @@ def _cmd_attention(args: argparse.Namespace) -> int:
 
 def _cmd_lens(args: argparse.Namespace) -> int:
     from .inspect import logit_lens
+    from .lenses.command import tuned_lens_logits
 
     _model_and_prompt(args)
     _check_at_least(args.top, 1, "--top")
@@ -235,7 +237,7 @@ def _cmd_lens(args: argparse.Namespace) -> int:
     _, cache = model.run_with_cache(
         tokens, names_filter=lambda n: n.endswith(("hook_resid_pre", "hook_resid_post")), return_type=None
     )
-    logits, labels = logit_lens(cache)  # [layer, pos, d_vocab]
+    logits, labels = tuned_lens_logits(model, cache, args.tuned) if args.tuned else logit_lens(cache)
     probs, ids = logits.softmax(-1).topk(min(args.top, model.cfg.d_vocab), dim=-1)  # [layer, pos, top]
     n_layers, n_pos, top = ids.shape
     rows = []
@@ -245,8 +247,8 @@ def _cmd_lens(args: argparse.Namespace) -> int:
             cells = [f"{_show_token(guesses[L][k])} {probs[L, pos, k]:.3f}" for L in range(n_layers)]
             rows.append([str(pos) if k == 0 else "", _show_token(token) if k == 0 else "", *cells])
     print(
-        f"logit lens of {args.model} on {n_pos} tokens: the top {top} next-token prediction(s) "
-        "(probability) if the model stopped at each layer; final_post is the model's output\n"
+        f"{'tuned' if args.tuned else 'logit'} lens of {args.model} on {n_pos} tokens: the top {top} "
+        "next-token prediction(s) (probability) if the model stopped at each layer; final_post is the model's output\n"
     )
     print(_table(["pos", "token", *labels], rows, right=frozenset({0})))
     return 0
@@ -398,13 +400,17 @@ def _add_lens(sub: Any) -> None:
         "lens",
         "print the logit lens: each layer's top next-token guess at each position",
         "The logit lens: the residual stream entering each layer (and after the last, final_post) goes through "
-        "the final LayerNorm and the unembedding. One row per prompt position, one column per layer; each cell "
-        "is the top predicted next token (as a Python string literal, long ones cut with …) and its probability.",
+        "the final LayerNorm and the unembedding (with --tuned, after each layer's translator). One row per prompt "
+        "position, one column per layer; each cell is the top predicted next token (as a Python string literal, "
+        "long ones cut with …) and its probability.",
         ["'The cat sat on the mat. The cat sat on the'", "tiny-gpt2 'KING RICHARD' --top 3"],
         prompt=True,
     )
     p.add_argument(
         "--top", type=int, default=1, metavar="N", help="show the N most likely tokens per cell (default: 1)"
+    )
+    p.add_argument(
+        "--tuned", metavar="DIR", help="a tuned lens folder (train-lens' --out) (default: none, the logit lens)"
     )
     p.set_defaults(func=_cmd_lens)
 
@@ -521,6 +527,14 @@ def _add_attribute(sub: Any) -> None:
     p.set_defaults(func=lambda args: run(args, _load))
 
 
+def _add_train_lens(sub: Any) -> None:
+    from .lenses.command import DESCRIPTION, EXAMPLES, HELP, add_arguments, run  # the options live there
+
+    p = _subcommand(sub, "train-lens", HELP, DESCRIPTION, EXAMPLES)
+    add_arguments(p)
+    p.set_defaults(func=lambda args: run(args, _load))
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The `interp-gpt` parser and its subcommands (each with --help and examples)."""
     parser = _Parser(
@@ -545,6 +559,7 @@ def build_parser() -> argparse.ArgumentParser:
         _add_train_sae,
         _add_train_transcoder,
         _add_attribute,
+        _add_train_lens,
     ):
         add(sub)
     return parser

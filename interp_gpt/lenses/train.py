@@ -1,0 +1,230 @@
+"""Training a tuned lens: tuned-lens 0.2's objective and optimiser on our hook points.
+
+Phases, in the order of tuned-lens' training loop (its `scripts/train_loop.py`):
+
+1. Data: text (a file, a folder of .txt files, a list of them, or an iterable of strings) cut into
+   windows of `context_size` tokens, BOS first, as the activation store cuts them; or a token tensor
+   `[n, pos]` as it is. Each epoch visits the windows in the order
+   `torch.randperm(n, generator=torch.Generator().manual_seed(seed + epoch))`, `batch_size` at a
+   time (a last part-batch is left out).
+2. Forward: one `run_with_cache` per batch under `torch.no_grad()`, caching every
+   `blocks.{l}.hook_resid_pre`; the final log-probs are the targets (token shift 0).
+3. Loss: per layer, KL(final || lens) averaged over batch and positions; each layer's loss is
+   back-propagated in turn (tuned-lens does so to save memory), so the gradient is that of their sum.
+4. Step: gradients clipped to norm 1 over all translators together, SGD with Nesterov momentum 0.9,
+   weight decay 1e-3 and lr 0.1 (tuned-lens' `lr_scale=1` times `1 - momentum`), decayed linearly to
+   0 over `steps` (no warm-up for SGD). Unlike tuned-lens we compute in the model's dtype (it uses
+   bfloat16 autocast for the lens).
+
+`fit_tuned_lens` saves the lens (tuned-lens' folder) and `training_state.pt` (step, optimiser) at the
+end and when interrupted (Ctrl-C), if given `save_to`; `resume=True` continues from there.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+from jaxtyping import Float
+from torch import Tensor
+from tqdm.auto import tqdm  # type: ignore[import-untyped]
+
+from ..checks import check_float, check_int_in_range, check_text_files, check_token_ids, check_type
+from ..files import atomic_path
+from ..model import GPT
+from .tuned import TunedLens
+
+__all__ = ["fit_tuned_lens", "lens_kl", "lens_windows"]
+
+STATE_FILE = "training_state.pt"
+
+
+def lens_windows(model: GPT, data: Any, context_size: int = 128) -> Tensor:
+    """`data` as token windows `[n, context_size]`, BOS first (the activation store's cut): a path or a
+    list of `Path`s (files or folders of .txt files, `check_text_files`' rule), an iterable of texts,
+    or a token tensor `[n, pos]` (returned as it is, after its checks).
+
+    Example:
+        >>> lens_windows(model, "data/corpus", context_size=64).shape
+        torch.Size([..., 64])
+    """
+    from ..store.text import TokenWindows
+
+    if isinstance(data, Tensor):
+        if data.ndim != 2 or data.shape[1] > model.cfg.n_ctx or data.shape[0] == 0:
+            raise ValueError(
+                f"data: token tensor of shape {tuple(data.shape)}, expected [n >= 1, pos <= n_ctx={model.cfg.n_ctx}]"
+            )
+        return check_token_ids(data, model.cfg.d_vocab, "data")
+    context_size = check_int_in_range(context_size, "context_size", 2, model.cfg.n_ctx, "contexts")
+    if model.tokenizer is None:
+        raise ValueError("data: text needs the model's tokenizer and this model has none; pass token ids")
+    paths = isinstance(data, (str, os.PathLike)) or (
+        isinstance(data, (list, tuple)) and bool(data) and all(isinstance(d, os.PathLike) for d in data)
+    )
+    source: Any = check_text_files(data, "data") if paths else data
+    rows = list(TokenWindows(model.tokenizer, source, context_size, prepend_bos=True))
+    if not rows:
+        raise ValueError(f"data: too short for one window of context_size={context_size} tokens")
+    return torch.stack(rows)
+
+
+def _save(lens: TunedLens, folder: Path, step: int, opt: torch.optim.Optimizer, settings: dict[str, Any]) -> None:
+    lens.save(folder)
+    with atomic_path(folder / STATE_FILE) as tmp:
+        torch.save({"step": step, "optimizer": opt.state_dict(), "settings": settings}, tmp)
+
+
+def _resume(lens: TunedLens, folder: Path, opt: torch.optim.Optimizer, settings: dict[str, Any]) -> int:
+    """Load the lens and optimiser saved in `folder`; returns the steps already taken (0 if none saved)."""
+    if not (folder / STATE_FILE).is_file():
+        return 0
+    state = torch.load(folder / STATE_FILE, map_location="cpu", weights_only=True)
+    if state.get("settings") != settings:
+        saved = state.get("settings") or {}
+        diff = {k: (saved.get(k), v) for k, v in settings.items() if saved.get(k) != v}
+        raise ValueError(
+            f"resume: {folder / STATE_FILE} was saved by a run with other settings (saved, now): {diff}; "
+            "resume with the same settings or save_to another folder"
+        )
+    loaded = TunedLens.from_pretrained(folder, lens.model)
+    lens.layer_translators.load_state_dict(loaded.layer_translators.state_dict())
+    opt.load_state_dict(state["optimizer"])
+    return int(state["step"])
+
+
+def fit_tuned_lens(
+    model_or_lens: GPT | TunedLens,
+    data: Any,
+    *,
+    steps: int,
+    batch_size: int = 8,
+    context_size: int = 128,
+    lr: float = 0.1,
+    momentum: float = 0.9,
+    weight_decay: float = 1e-3,
+    max_grad_norm: float = 1.0,
+    seed: int = 0,
+    save_to: str | os.PathLike[str] | None = None,
+    resume: bool = False,
+    progress: bool = True,
+) -> TunedLens:
+    """Train a tuned lens on `model_or_lens` (a GPT: a fresh lens; a TunedLens: trained further) with
+    tuned-lens 0.2's objective and optimiser (see the module's docstring), for `steps` steps of
+    `batch_size` windows of `data` (`lens_windows`' forms). A function, not a method: `nn.Module.train`
+    is taken, and the training loop is a phase apart from the lens, as tuned-lens keeps it.
+
+    `save_to`: a folder; the lens (config.json, params.pt) and `training_state.pt` are written there at
+    the end and when interrupted (Ctrl-C: saved, then the KeyboardInterrupt goes on). `resume=True`
+    continues a run saved there (same settings) from its step.
+
+    Example:
+        >>> lens = fit_tuned_lens(model, "data/corpus", steps=3, batch_size=2, context_size=32, progress=False)
+        >>> lens_kl(lens, "data/corpus", context_size=32, max_windows=4).shape      # one KL per layer
+        torch.Size([2])
+    """
+    if not isinstance(model_or_lens, (GPT, TunedLens)):
+        raise TypeError(
+            f"fit_tuned_lens: model_or_lens must be a GPT or a TunedLens, got {type(model_or_lens).__name__}"
+        )
+    lens = model_or_lens if isinstance(model_or_lens, TunedLens) else TunedLens.from_model(model_or_lens)
+    model = lens.model
+    steps = check_int_in_range(steps, "steps", 1, None)
+    batch_size = check_int_in_range(batch_size, "batch_size", 1, None)
+    lr, max_grad_norm = check_float(lr, "lr", 0.0), check_float(max_grad_norm, "max_grad_norm", 0.0)
+    momentum = check_float(momentum, "momentum", 0.0, 1.0)  # Nesterov needs momentum > 0
+    if isinstance(weight_decay, bool) or not isinstance(weight_decay, (int, float)) or not 0 <= weight_decay < 1e300:
+        raise ValueError(
+            f"fit_tuned_lens: weight_decay={weight_decay!r} is out of range: expected a finite number >= 0"
+        )
+    windows = lens_windows(model, data, context_size)
+    n = windows.shape[0]
+    if n < batch_size:
+        raise ValueError(f"data: {n} windows of {windows.shape[1]} tokens, fewer than batch_size={batch_size}")
+    if resume and save_to is None:
+        raise ValueError("resume=True needs save_to: the folder a stopped run saved into")
+    settings = dict(
+        n_layers=len(lens), steps=steps, batch_size=batch_size, windows=list(windows.shape), lr=lr, momentum=momentum,
+        weight_decay=weight_decay, max_grad_norm=max_grad_norm, seed=seed,
+    )  # fmt: skip
+    opt = torch.optim.SGD(lens.parameters(), lr=lr, momentum=momentum, nesterov=True, weight_decay=weight_decay)
+    folder = None if save_to is None else Path(save_to)
+    start = _resume(lens, folder, opt, settings) if resume and folder is not None else 0
+    names = [f"blocks.{layer}.hook_resid_pre" for layer in range(len(lens))]
+    device = model.unembed.W_U.device
+    per_epoch, epoch, order = n // batch_size, -1, torch.arange(n)
+    done = start
+    bar = tqdm(range(start, steps), initial=start, total=steps, desc="tuned lens", disable=not progress)
+    try:
+        for step in bar:
+            # 1. data: this epoch's order
+            if step // per_epoch != epoch:
+                epoch = step // per_epoch
+                order = torch.randperm(n, generator=torch.Generator().manual_seed(seed + epoch))
+            i = step % per_epoch
+            batch = windows[order[i * batch_size : (i + 1) * batch_size]].to(device)
+            # 2. forward: the targets and every layer's input, one pass without gradients
+            with torch.no_grad():
+                logits, cache = model.run_with_cache(batch, names_filter=names)
+                log_p = logits.float().log_softmax(-1)
+                p = log_p.exp()
+            # 3. loss: KL(final || lens) per layer, back-propagated one layer at a time
+            opt.zero_grad(set_to_none=False)
+            total = 0.0
+            for layer, name in enumerate(names):
+                log_q = lens(cache[name], layer).float().log_softmax(-1)
+                kl = (p * (log_p - log_q)).sum(-1).mean()
+                kl.backward()
+                total += float(kl.detach())
+            if not torch.isfinite(torch.tensor(total)):
+                raise FloatingPointError(f"fit_tuned_lens: step {step}: the KL is {total}; lower lr={lr}")
+            # 4. step: clip, linear decay, SGD with Nesterov momentum
+            torch.nn.utils.clip_grad_norm_(lens.parameters(), max_grad_norm)
+            for group in opt.param_groups:
+                group["lr"] = lr * (steps - step) / steps
+            opt.step()
+            done = step + 1
+            bar.set_postfix(kl=f"{total:.4f}")
+    except KeyboardInterrupt:
+        if folder is not None:
+            _save(lens, folder, done, opt, settings)
+            print(f"fit_tuned_lens: interrupted after {done} of {steps} steps; saved in {folder} (resume=True goes on)")
+        raise
+    finally:
+        bar.close()
+    if folder is not None:
+        _save(lens, folder, done, opt, settings)
+    return lens
+
+
+@torch.no_grad()
+def lens_kl(
+    lens: TunedLens, data: Any, *, batch_size: int = 8, context_size: int = 128, max_windows: int | None = None
+) -> Float[Tensor, " layer"]:
+    """Per layer, KL(final || lens) in nats averaged over every position of `data` (`lens_windows`'
+    forms; the first `max_windows` windows). A fresh `TunedLens.from_model(model)` gives the logit
+    lens' numbers.
+
+    Example:
+        >>> kl = lens_kl(TunedLens.from_model(model), "data/corpus", context_size=32, max_windows=4)
+        >>> kl.shape, bool((kl >= 0).all())
+        (torch.Size([2]), True)
+    """
+    check_type(lens, TunedLens, "lens", "a TunedLens", "lens_kl")
+    batch_size = check_int_in_range(batch_size, "batch_size", 1, None)
+    windows = lens_windows(lens.model, data, context_size)
+    if max_windows is not None:
+        windows = windows[: check_int_in_range(max_windows, "max_windows", 1, None)]
+    names = [f"blocks.{layer}.hook_resid_pre" for layer in range(len(lens))]
+    total = torch.zeros(len(lens), dtype=torch.float64)
+    device = lens.model.unembed.W_U.device
+    for i in range(0, windows.shape[0], batch_size):
+        batch = windows[i : i + batch_size].to(device)
+        logits, cache = lens.model.run_with_cache(batch, names_filter=names)
+        log_p = logits.float().log_softmax(-1)
+        for layer, name in enumerate(names):
+            log_q = lens(cache[name], layer).float().log_softmax(-1)
+            total[layer] += (log_p.exp() * (log_p - log_q)).sum(-1).double().sum().cpu()
+    return (total / windows.numel()).float()
