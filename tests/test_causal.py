@@ -295,3 +295,27 @@ def test_bad_das_and_probing_inputs_name_the_argument(small: GPT) -> None:
         sparse_probing(features, labels, k=2, positive_label=3)
     with pytest.raises(ValueError, match="features must hold finite"):
         sparse_probing(features / 0.0, labels, k=2)
+
+
+def test_fit_das_trains_under_a_callers_no_grad():
+    """Notebooks switch gradients off globally (torch.set_grad_enabled(False)); DAS must still train."""
+    model = GPT.from_pretrained("tiny-gpt2")
+    ids = [model.to_single_token(w) for w in (" he", " she")]
+    base, source = model.to_tokens(["Then he", "Then she"]), model.to_tokens(["Then she", "Then he"])
+    task = lambda t: model(t)[:, -1, ids]  # noqa: E731
+    with torch.no_grad():
+        quiet = fit_das(
+            model,
+            "blocks.0.hook_resid_post",
+            base,
+            source,
+            torch.tensor([1, 0]),
+            task,
+            rank=1,
+            epochs=2,
+            progress=False,
+        )
+    loud = fit_das(
+        model, "blocks.0.hook_resid_post", base, source, torch.tensor([1, 0]), task, rank=1, epochs=2, progress=False
+    )
+    assert torch.equal(quiet.basis, loud.basis) and quiet.losses == loud.losses

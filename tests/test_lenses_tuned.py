@@ -131,6 +131,18 @@ def test_training_equals_a_from_scratch_loop_of_the_same_objective(model: GPT) -
         torch.testing.assert_close(ours.bias, ref.bias, atol=1e-6, rtol=0)
 
 
+def test_training_works_under_a_callers_no_grad(model: GPT) -> None:
+    """Notebooks switch gradients off globally; the lens must still train, to the same weights."""
+    windows = lens_windows(model, [PROMPT * 20], context_size=16)
+    loud = fit_tuned_lens(model, windows, steps=2, batch_size=2, seed=3, progress=False)
+    with torch.no_grad():
+        quiet = fit_tuned_lens(model, windows, steps=2, batch_size=2, seed=3, progress=False)
+    for a, b in zip(loud, quiet, strict=True):
+        assert isinstance(a, nn.Linear) and isinstance(b, nn.Linear)
+        assert a.weight.abs().max() > 0
+        torch.testing.assert_close(a.weight, b.weight, atol=0, rtol=0)
+
+
 def test_a_stopped_run_is_saved_and_resumes_to_the_same_weights(model: GPT, tmp_path: Path) -> None:
     windows = lens_windows(model, [PROMPT * 20], context_size=16)
     whole = fit_tuned_lens(model, windows, steps=6, batch_size=2, progress=False)

@@ -74,6 +74,7 @@ def _weight(subspace: nn.Module) -> Tensor:
     return cast(Tensor, subspace.weight)
 
 
+@torch.enable_grad()  # trains under a caller's torch.no_grad() / set_grad_enabled(False) too
 def fit_das(
     model: GPT,
     hook: str,

@@ -95,6 +95,7 @@ def _resume(lens: TunedLens, folder: Path, opt: torch.optim.Optimizer, settings:
     return int(state["step"])
 
 
+@torch.enable_grad()  # trains under a caller's torch.no_grad() / set_grad_enabled(False) too
 def fit_tuned_lens(
     model_or_lens: GPT | TunedLens,
     data: Any,
