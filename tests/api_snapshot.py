@@ -22,6 +22,7 @@ MODULES = [
     "interp_gpt.config",
     "interp_gpt.hooks",
     "interp_gpt.inspect",
+    "interp_gpt.lenses",
     "interp_gpt.loading",
     "interp_gpt.metrics",
     "interp_gpt.model",
