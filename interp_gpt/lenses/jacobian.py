@@ -18,7 +18,8 @@ The phases, for each prompt (the reference's, in its order; only the work each n
 3. forward: the valid positions, `dim_batch` copies, through the model's own blocks with a
    `KVCache` on the prefix; a hook makes `resid_post` of the lowest source layer a leaf (so the
    graph starts there: the weights are frozen for the fit), hooks keep the other sources' and the
-   target's `resid_post`, and the pass stops at the target (no `ln_final`, no unembedding);
+   target's `resid_post`, and the pass stops at the target (no `ln_final`, no unembedding); hooks on
+   `mlp.hook_pre` / `hook_post` give each MLP activation its derivative, computed once (`_Slope`);
 4. backward: `ceil(d_model / dim_batch)` vector-Jacobian products, copy b carrying a one-hot
    cotangent for output dimension i + b at every valid target position, so the gradient at source
    position t is the sum over targets t' >= t (causal attention gives the rest zero), for all source
@@ -151,6 +152,41 @@ def _frozen(model: GPT) -> Iterator[None]:
             p.requires_grad_(flag)
 
 
+class _Slope(torch.autograd.Function):
+    """The MLP's activation with its derivative computed once: `post` forward, `grad * slope` backward. Every
+    backward pass runs through the same activations, so one multiply replaces the activation's own backward."""
+
+    @staticmethod
+    def forward(ctx: Any, pre: Tensor, post: Tensor, slope: Tensor) -> Tensor:
+        ctx.save_for_backward(slope)
+        return post.clone()
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None, None]:
+        (slope,) = ctx.saved_tensors
+        return grad * slope, None, None
+
+
+def _slope_hooks(model: GPT, layers: range) -> list[tuple[str, Any]]:
+    """Hooks on `mlp.hook_pre` / `hook_post` of `layers` that give the activation a precomputed derivative
+    (`_Slope`); the activation is elementwise (every `cfg.act_fn` is), so its derivative is one vector-Jacobian
+    product with ones."""
+    pres: dict[int, Tensor] = {}
+
+    def keep_pre(pre: Tensor, hook: Any) -> None:
+        pres[hook.layer()] = pre
+
+    def linearize(post: Tensor, hook: Any) -> Tensor:
+        pre = pres.pop(hook.layer())
+        with torch.enable_grad():
+            x = pre.detach().requires_grad_(True)
+            (slope,) = torch.autograd.grad(model.blocks[hook.layer()].mlp.act_fn(x), x, torch.ones_like(x))
+        return _Slope.apply(pre, post.detach(), slope)
+
+    hooks = [(f"blocks.{i}.mlp.hook_pre", keep_pre) for i in layers]
+    return hooks + [(f"blocks.{i}.mlp.hook_post", linearize) for i in layers]
+
+
 class _Stop(Exception):
     """Raised by the hook on the target: the forward ends there (no ln_final, no unembedding)."""
 
@@ -203,6 +239,8 @@ def _prompt_jacobians(
     names = [f"blocks.{layer}.hook_resid_post" for layer in sources]
     target_name = f"blocks.{n - 1}.hook_resid_post"
     hooks = [(names[0], leaf), *[(name, keep) for name in names[1:]], (target_name, stop)]
+    if not model.cfg.attn_only:
+        hooks += _slope_hooks(model, range(sources[0] + 1, n))
     with torch.enable_grad(), model.hooks(fwd_hooks=hooks):
         try:
             model(ids[skip:].expand(copies, -1), return_type=None, past_kv_cache=kv)
@@ -265,7 +303,7 @@ def jacobian_lens(
     prompts: Any,
     *,
     source_layers: Sequence[int] | None = None,
-    dim_batch: int = 32,
+    dim_batch: int = 16,
     max_seq_len: int = 128,
     skip_first_positions: int = 16,
 ) -> JacobianLens:
