@@ -81,7 +81,9 @@ def test_logit_lens_positions_select_as_transformer_lens_slice(tiny_model, tiny_
     sliced = logit_lens(tiny_model, tiny_tokens, positions=(2, 5), incl_mid=True)
     assert sliced.positions == [2, 3, 4]
     torch.testing.assert_close(sliced.values, every[:, :, 2:5], atol=1e-6, rtol=0)
-    assert sliced.top_tokens(2).shape == sliced.values.shape[:-1] + (2,)
+    top = sliced.top_tokens(2)
+    assert top.shape == sliced.values.shape[:-1] + (2,)
+    assert torch.equal(top[..., 0], sliced.values.argmax(dim=-1))
 
 
 def test_logit_lens_bad_inputs_say_what_was_expected(tiny_model, tiny_tokens):
