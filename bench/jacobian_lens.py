@@ -72,6 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", help="also write the results here")
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
+    load_before = os.getloadavg()
 
     from transformer_lens.tools.analysis import JacobianLens
 
@@ -109,7 +110,8 @@ def main(argv: list[str] | None = None) -> int:
     results = {
         "machine": os.uname().nodename,
         "threads": args.threads,
-        "load_average_before": os.getloadavg(),
+        "load_average_before": load_before,
+        "load_average_after": os.getloadavg(),
         "checkpoint": made_by,
         "prompts": args.prompts,
         "tokens_per_prompt_with_bos": args.tokens + 1,
