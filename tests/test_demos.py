@@ -28,6 +28,7 @@ NOTEBOOKS = [
     "05_find_the_induction_circuit",
     "06_sae_features",
     "07_attribution_graphs",
+    "08_lenses_causal_steering",
 ]
 FIRST_CELL = re.compile(r'^MODEL_NAME = "tiny-gpt2"(\s*#.*)?$')
 PLOTLY = "application/vnd.plotly.v1+json"
@@ -340,6 +341,7 @@ FIGURES = {
     "05_find_the_induction_circuit": 2,
     "06_sae_features": 3,
     "07_attribution_graphs": 2,
+    "08_lenses_causal_steering": 4,
 }
 
 
