@@ -96,14 +96,18 @@ def fit_das(
     """Learn the rank-`rank` subspace at `hook` whose interchange makes `task_logits` predict `targets` (DAS).
 
     Args:
-        base, source: token ids, one pair per row.
+        base: token ids, one pair per row with `source`.
+        source: token ids, the run whose activation is read.
         targets: the high-level model's class for each pair under the interchange (an index into the task logits).
         task_logits: runs the model once on a batch of tokens and returns `[batch, n_classes]`,
             e.g. `lambda t: model(t)[:, -1, answer_ids]`.
-        base_positions / source_positions: where to intervene and where to read the source (an int for every
-            row or one per row; negative counts from the end; `source_positions` defaults to `base_positions`).
-        epochs, batch_size, lr, strength, seed: the training (Adam); `seed` sets the initial basis and the
-            batch order, so a fit is repeatable.
+        base_positions: where to intervene (an int for every row or one per row; negative counts from the end).
+        source_positions: where to read the source (the same forms; default `base_positions`).
+        epochs: passes over the pairs (Adam).
+        batch_size: pairs per step.
+        lr: Adam's learning rate.
+        strength: the interchange's strength during training (1: take the source's coordinates).
+        seed: sets the initial basis and the batch order, so a fit is repeatable.
         progress: show a progress bar over the epochs.
 
     Returns a `DASResult`; evaluate it with `interchange(..., result.basis, task_logits=...)` on held-out pairs

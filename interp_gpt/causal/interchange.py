@@ -233,7 +233,8 @@ def interchange(
 
     Args:
         hook: a hook holding one vector per position (`[batch, pos, d]`: residual, MLP or attention outputs).
-        base, source: token ids, one source row per base row (lengths may differ).
+        base: token ids, the runs to intervene on.
+        source: token ids, one source row per base row (lengths may differ).
         basis: an orthonormal `[d, rank]` basis (`orthonormal_basis`, `random_basis`, `mean_difference_basis`,
             `fit_das(...).basis`).
         positions: the base position to intervene at, one int for every row or one per row (negative counts
