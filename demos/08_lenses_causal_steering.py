@@ -41,7 +41,7 @@ import plotly.graph_objects as go
 import torch
 
 import interp_gpt
-from interp_gpt import GPT
+from interp_gpt import GPT, plots
 from interp_gpt.causal import (
     collect_activations,
     fit_das,
@@ -330,6 +330,33 @@ go.Figure(
         "height": 380,
     },
 ).show()
+
+# %% [markdown]
+# The same two lenses on one line of a play, layer by layer (rows) and position by position
+# (columns): each cell is the lens's most likely next token, its colour the probability.
+# `plots.logit_lens_heatmap(cache, str_tokens)` draws the logit lens; with `lens=tuned` it reads each
+# `resid_pre` through the tuned lens instead (the last row, `final_post`, is the model's own output
+# in both).
+#
+# What to look at (tiny-gpt2), the logit lens first: its row `0_pre` just repeats each position's own
+# input token with probability 0.95 to 1.00 (the embedding read back through the unembedding), which
+# is no prediction at all; its row `1_pre` still guesses `:` after `ROMEO:` (0.30) where the model
+# ends at the newline (0.97).
+
+# %%
+PROMPT = "ROMEO:\nI will not go, my lord; the king is dead"
+_, prompt_cache = model.run_with_cache(PROMPT)
+prompt_tokens = model.to_str_tokens(PROMPT)
+plots.logit_lens_heatmap(prompt_cache, prompt_tokens).show()
+
+# %% [markdown]
+# What to look at (tiny-gpt2): through the tuned lens, row `0_pre` already predicts: after `ROMEO`
+# it gives `:` and after `ROMEO:` the newline (0.86; the model's final answer is the newline at 0.97),
+# and row `1_pre` keeps it (0.76); after ` my`, row `1_pre` gives ` lord` (0.14), as the model does
+# (0.43).
+
+# %%
+plots.logit_lens_heatmap(prompt_cache, prompt_tokens, lens=tuned).show()
 
 # %% [markdown]
 # ## What you saw

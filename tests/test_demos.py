@@ -341,7 +341,7 @@ FIGURES = {
     "05_find_the_induction_circuit": 2,
     "06_sae_features": 3,
     "07_attribution_graphs": 2,
-    "08_lenses_causal_steering": 4,
+    "08_lenses_causal_steering": 6,
 }
 
 

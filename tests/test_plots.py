@@ -262,6 +262,36 @@ def test_logit_lens_heatmap(cached: tuple[torch.Tensor, Any]) -> None:
     assert_every_axis_titled(fig)
 
 
+def test_logit_lens_heatmap_through_a_tuned_lens(cached: tuple[torch.Tensor, Any], tiny_tokens: torch.Tensor) -> None:
+    """Each resid_pre row read through the lens's translator, the last row the model's own output; a lens
+    at zero (its initial state) draws the logit lens exactly."""
+    from interp_gpt.lenses import TunedLens
+
+    _, cache = cached
+    tokens = tiny_tokens
+    lens = TunedLens.from_model(cache.model)
+    plain = plots.logit_lens_heatmap(cache, STR_TOKENS, batch=1)
+    torch.testing.assert_close(
+        values(plots.logit_lens_heatmap(cache, STR_TOKENS, batch=1, lens=lens).data[0].z), values(plain.data[0].z)
+    )
+    with torch.no_grad():
+        for layer in lens:
+            layer.weight.normal_(0, 0.2)
+            layer.bias.normal_(0, 0.5)
+    fig = plots.logit_lens_heatmap(cache, STR_TOKENS, batch=1, lens=lens)
+    with torch.no_grad():
+        expected = torch.cat([lens.forward_all(tokens)[:, 1], ins.logit_lens(cache, batch=1)[0][-1:]])
+    top_probs, top_ids = expected.softmax(-1).max(-1)
+    torch.testing.assert_close(values(fig.data[0].z), top_probs.double())
+    assert [list(row) for row in fig.data[0].text] == [[f"#{i}" for i in row] for row in top_ids.tolist()]
+    assert not torch.allclose(values(fig.data[0].z), values(plain.data[0].z))  # the translators moved it
+    assert fig.layout.title.text.startswith("Tuned lens")
+    with pytest.raises(ValueError, match=r"logit_lens_heatmap: incl_mid=True with a lens"):
+        plots.logit_lens_heatmap(cache, STR_TOKENS, incl_mid=True, lens=lens)
+    with pytest.raises(TypeError, match=r"lens=str: expected a TunedLens for this model's 2 layers"):
+        plots.logit_lens_heatmap(cache, STR_TOKENS, lens="tuned")
+
+
 def test_logit_lens_heatmap_names_tokens_with_a_tokenizer() -> None:
     model = ins.planted_heads_model()
     tokens = torch.tensor([[15, 0, 1, 2, 0, 1, 2]])

@@ -160,17 +160,26 @@ def head_patching_heatmap(
 # the residual stream, layer by layer
 # ----------------------------------------------------------------------------
 def logit_lens_heatmap(
-    cache: ActivationCache, str_tokens: Sequence[str], batch: int = 0, incl_mid: bool = False
+    cache: ActivationCache, str_tokens: Sequence[str], batch: int = 0, incl_mid: bool = False, *, lens: Any = None
 ) -> go.Figure:
     """The logit lens: at every layer (rows) and position (columns), the most likely next
     token (written in the cell) and its probability (the colour).
 
+    `lens`: a `TunedLens` (`interp_gpt.lenses`) to read each `blocks.L.hook_resid_pre` through instead
+    (`lens(h, L)`); the last row, `final_post`, is the model's own output either way.
+
     Example:
         >>> _, cache = model.run_with_cache("The Eiffel Tower is in the city of")
         >>> fig = logit_lens_heatmap(cache, model.to_str_tokens("The Eiffel Tower is in the city of"))
+        >>> from interp_gpt.lenses import TunedLens
+        >>> fig = logit_lens_heatmap(cache, model.to_str_tokens("The Eiffel Tower is in the city of"),
+        ...                          lens=TunedLens.from_model(model))   # a trained lens: fit_tuned_lens
     """
     caller = "logit_lens_heatmap"
     logits, layer_labels = logit_lens(cache, batch, incl_mid)
+    name = "Logit lens"
+    if lens is not None:
+        logits, name = _through_lens(cache, lens, batch, incl_mid, logits, caller), "Tuned lens"
     labels = axis_labels(str_tokens, logits.shape[1], caller, "the cache")
     top_probs, top_ids = logits.softmax(-1).max(-1)  # [layer, pos]
     names = token_names(cache.model, top_ids.flatten().tolist())
@@ -184,12 +193,27 @@ def logit_lens_heatmap(
         layer_axis(layer_labels, "residual stream at"),
         "top probability",
         dict(colorscale=ATTENTION_COLORS, cmin=0.0, cmax=1.0),
-        "Logit lens: top next-token prediction by layer",
+        f"{name}: top next-token prediction by layer",
         "position %{x}, residual stream at %{y}<br>top token %{customdata}<br>probability %{z:.3f}",
         text=short,
         customdata=[[markup_safe(x) for x in row] for row in full],
     )
     return fig
+
+
+@torch.no_grad()
+def _through_lens(cache: ActivationCache, lens: Any, batch: int, incl_mid: bool, plain: Tensor, caller: str) -> Tensor:
+    """`plain` (the logit lens, [n_layers + 1, pos, d_vocab]) with each resid_pre row read through `lens`."""
+    if incl_mid:
+        raise ValueError(f"{caller}: incl_mid=True with a lens: a tuned lens reads blocks.L.hook_resid_pre only")
+    n_layers = cache.model.cfg.n_layers
+    if not callable(lens) or getattr(lens, "__len__", None) is None or len(lens) != n_layers:
+        raise TypeError(
+            f"{caller}: lens={type(lens).__name__}: expected a TunedLens for this model's {n_layers} layers "
+            "(interp_gpt.lenses.TunedLens)"
+        )
+    rows = [lens(cache[f"blocks.{layer}.hook_resid_pre"][batch], layer) for layer in range(n_layers)]
+    return torch.cat([torch.stack(rows).to(plain.dtype), plain[-1:]])
 
 
 def answer_lens_plot(
