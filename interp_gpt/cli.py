@@ -228,11 +228,11 @@ def _cmd_attention(args: argparse.Namespace) -> int:
 
 def _cmd_lens(args: argparse.Namespace) -> int:
     from .inspect import logit_lens
-    from .lenses.command import tuned_lens_logits
+    from .lenses.command import load_for_lens, tuned_lens_logits
 
     _model_and_prompt(args)
     _check_at_least(args.top, 1, "--top")
-    model = _load(args.model)
+    model = load_for_lens(_resolve_model(args.model), args.tuned) if args.tuned else _load(args.model)
     tokens = _prompt_tokens(model, args.model, args.prompt)
     _, cache = model.run_with_cache(
         tokens, names_filter=lambda n: n.endswith(("hook_resid_pre", "hook_resid_post")), return_type=None

@@ -83,6 +83,34 @@ def test_lens_tuned_prints_the_tuned_lens_top_tokens(trained, capsys, model) -> 
     assert rc == 0 and logit_out.startswith("logit lens of") and logit_out.split("\n", 1)[1] != out.split("\n", 1)[1]
 
 
+def test_lens_tuned_loads_the_model_the_way_the_lens_was_trained(capsys, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """A lens trained on raw weights (ours from an unprocessed model, or tuned-lens' own, which records
+    nothing) is read on the raw model; one trained on the processed model on the processed one."""
+    from interp_gpt import GPT
+    from interp_gpt.lenses import PROCESSING_KEY
+
+    raw = GPT.from_pretrained_no_processing("tiny-gpt2")
+    lens = TunedLens.from_model(raw)
+    with torch.no_grad():
+        for layer in lens:
+            layer.weight.normal_(0, 0.1, generator=torch.Generator().manual_seed(1))
+    lens.save(tmp_path / "raw")
+    theirs = tmp_path / "theirs"  # tuned-lens' own folder: no record of the processing
+    lens.save(theirs)
+    config = json.loads((theirs / "config.json").read_text())
+    del config[PROCESSING_KEY]
+    (theirs / "config.json").write_text(json.dumps(config))
+    tokens = raw.to_tokens(PROMPT)
+    ids = lens.forward_all(tokens)[:, 0].argmax(-1)  # [layer, pos], read on the raw model
+    for folder in (tmp_path / "raw", theirs):
+        rc, out, err = run(capsys, "lens", "tiny-gpt2", PROMPT, "--tuned", str(folder))
+        assert rc == 0, err
+        lines = out.splitlines()
+        for pos in range(tokens.shape[1]):
+            words = [show_token(raw.tokenizer.decode([int(ids[L, pos])])) for L in range(2)]
+            assert any(line.split()[:1] == [str(pos)] and all(w in line for w in words) for line in lines), words
+
+
 def test_bad_lens_inputs_are_one_line_and_status_2(capsys, tmp_path: Path, corpus: Path) -> None:  # type: ignore[no-untyped-def]
     from interp_gpt import GPT
 

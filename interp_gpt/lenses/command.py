@@ -3,9 +3,9 @@
     interp-gpt train-lens tiny-gpt2 --data data/corpus --steps 250 --out lens-tiny
     interp-gpt lens tiny-gpt2 "The cat sat on the mat" --tuned lens-tiny
 
-The model is loaded processed, as every command loads it (fold_ln, centring): the lens records that,
-and `lens --tuned` refuses a lens trained on another residual stream (tuned-lens' own lenses, for
-Hugging Face's raw weights), naming why.
+`train-lens` loads the model processed, as every command does (fold_ln, centring), and the lens records
+that. `lens --tuned` loads the model the way the lens records it: processed, or raw for a lens trained on
+raw weights (tuned-lens' own lenses, trained on Hugging Face's weights, record nothing and are read raw).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from typing import Any
 
 from ..cli_common import add_data_argument, table
 
-__all__ = ["HELP", "DESCRIPTION", "EXAMPLES", "add_arguments", "run", "tuned_lens_logits"]
+__all__ = ["HELP", "DESCRIPTION", "EXAMPLES", "add_arguments", "run", "tuned_lens_logits", "load_for_lens"]
 
 HELP = "train a tuned lens (tuned-lens 0.2's objective and files) on a text corpus"
 DESCRIPTION = (
@@ -137,6 +137,33 @@ def run(args: argparse.Namespace, load: Callable[[str], Any]) -> int:
     print(f"tuned lens of {args.model} saved in {out}; held-out KL(final || lens) in nats, per layer\n")
     print(table(["layer", "logit lens", "tuned lens"], rows, right=frozenset({0, 1, 2})))
     return 0
+
+
+def load_for_lens(source: Any, path: str) -> Any:
+    """`interp-gpt lens MODEL PROMPT --tuned PATH`: the model loaded with the weights the lens was trained
+    on: processed (as every command loads it) when its config.json records a centred residual stream,
+    without processing when it records a raw one or nothing (tuned-lens' own lenses, trained on Hugging
+    Face's weights). A folder that cannot be read is left to `TunedLens.from_pretrained` to refuse by name.
+
+    Example:
+        >>> TunedLens.from_model(GPT.from_pretrained_no_processing("tiny-gpt2")).save("raw_lens")
+        PosixPath('raw_lens')
+        >>> load_for_lens("tiny-gpt2", "raw_lens").cfg.normalization_type     # raw: LayerNorms not folded
+        'LN'
+    """
+    import json
+    from pathlib import Path
+
+    from ..loading import from_pretrained, from_pretrained_no_processing
+    from .tuned import PROCESSING_KEY
+
+    try:
+        config = json.loads((Path(path) / "config.json").read_text(encoding="utf-8"))
+        recorded = config.get(PROCESSING_KEY) if isinstance(config, dict) else None
+    except (OSError, ValueError):
+        return from_pretrained(source)
+    centred = isinstance(recorded, dict) and recorded.get("center_writing_weights") is True
+    return from_pretrained(source) if centred else from_pretrained_no_processing(source)
 
 
 def tuned_lens_logits(model: Any, cache: Any, path: str) -> tuple[Any, list[str]]:
