@@ -54,6 +54,8 @@ step "interp-gpt features" interp-gpt features tiny-gpt2 tiny-gpt2-sae --feature
 step "interp-gpt harvest" interp-gpt harvest --hook blocks.1.hook_resid_pre --data text.txt --out acts-cli --n-tokens 4096 --no-progress
 step "interp-gpt train-sae" interp-gpt train-sae --hook blocks.1.hook_resid_pre --data text.txt --out sae --d-sae 128 --k 8 --n-tokens 8192 --batch-size 512 --no-progress
 step "interp-gpt train-transcoder" interp-gpt train-transcoder --kind skip --data text.txt --out tc --d-sae 128 --k 8 --n-tokens 8192 --batch-size 512 --no-progress
+step "interp-gpt train-lens" interp-gpt train-lens --data text.txt --steps 20 --batch-size 4 --context-size 64 --no-progress --out lens-tiny
+step "interp-gpt lens --tuned" interp-gpt lens "ROMEO: But soft" --tuned lens-tiny
 step "interp-gpt attribute" interp-gpt attribute tiny-gpt2 "The cat sat on the mat because" --transcoders shipped --out graph.html --json graph.json
 
 echo "== the README's python blocks, each alone, against the installed wheel"
