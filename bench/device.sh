@@ -14,9 +14,10 @@
 #   wheels   if .whl/ holds wheels (transformer-lens 3.9, sae-lens and what they need, carried with
 #            the run tool's `carry: [".whl"]`), they are installed offline into a temporary folder
 #            first; without them the transformer-lens and sae-lens comparisons print N/A and why;
-#   time     DEVICE_BUDGET seconds (default 450) for bench/device.py, which stops starting parts
+#   time     DEVICE_BUDGET seconds (default 400) for bench/device.py, which stops starting parts
 #            past it and still writes its results; each part and dtype also has --part-timeout
-#            (150 s); `timeout` kills the whole run at DEVICE_BUDGET + 60 s if it hangs anyway;
+#            (150 s); `timeout` kills the whole run at DEVICE_BUDGET + 30 s if it hangs anyway; with the
+#            60 s of tests and the wheels' install the whole stays under 8 minutes;
 #   tests    on cuda, first the tests that only run with a GPU (tests/test_tl_surface2.py -k cuda)
 #            with pytest (DEVICE_PYTEST=0 skips them).
 set -euo pipefail
@@ -52,18 +53,18 @@ export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_VERBOSITY=error TOKENIZE
 if [[ "$device" == cpu ]]; then
     export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}  # the shared 2-core machine: one thread, steady ratios
 fi
-budget=${DEVICE_BUDGET:-450}
+budget=${DEVICE_BUDGET:-400}
 echo "bench/device.sh: python $py, device $device, budget $budget s"
 
 if [[ "$device" == cuda* && "${DEVICE_PYTEST:-1}" == 1 ]]; then
     echo "== pytest on $device: the CUDA-only tests =="
-    timeout 120 "$py" -m pytest -q -p no:cacheprovider tests/test_tl_surface2.py -k cuda \
+    timeout 60 "$py" -m pytest -q -p no:cacheprovider tests/test_tl_surface2.py -k cuda \
         || echo "pytest on $device: FAILED or timed out (exit $?); the benchmarks run on"
 fi
 
 start=$SECONDS
 rc=0
-timeout $((budget + 60)) "$py" bench/device.py --budget "$budget" "$@" || rc=$?
+timeout $((budget + 30)) "$py" bench/device.py --budget "$budget" "$@" || rc=$?
 echo "bench/device.sh: exit $rc after $((SECONDS - start)) s"
 [[ -n "$site" ]] && rm -rf "$site"
 exit $rc
