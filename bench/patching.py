@@ -27,13 +27,17 @@ from pathlib import Path
 import torch
 
 
-def build_checkpoint(folder: Path, seed: int = 0) -> Path:
-    """A GPT-2-small-shaped Hugging Face checkpoint, seeded random weights; LayerNorm
-    weights and biases get noise so weight processing has work to do."""
+def build_checkpoint(
+    folder: Path, seed: int = 0, n_layer: int = 12, n_embd: int = 768, n_head: int = 12, n_positions: int = 1024
+) -> Path:
+    """A Hugging Face GPT-2 checkpoint (GPT-2-small-shaped by default), seeded random weights;
+    LayerNorm weights and biases get noise so weight processing has work to do."""
     import transformers
 
     torch.manual_seed(seed)
-    cfg = transformers.GPT2Config(n_layer=12, n_embd=768, n_head=12, vocab_size=50257, n_positions=1024, n_ctx=1024)
+    cfg = transformers.GPT2Config(
+        n_layer=n_layer, n_embd=n_embd, n_head=n_head, vocab_size=50257, n_positions=n_positions, n_ctx=n_positions
+    )
     hf = transformers.GPT2LMHeadModel(cfg).eval()
     with torch.no_grad():
         for name, p in hf.named_parameters():

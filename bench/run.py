@@ -74,30 +74,32 @@ def tl_name() -> str | None:
     return f"TL {v} {'HookedTransformer' if int(v.split('.')[0]) < 4 else 'TransformerBridge'}"
 
 
-def load_hf(folder: Path, attn: str, device: str) -> Any:
+def load_hf(folder: Path, attn: str, device: str, dtype: torch.dtype = torch.float32) -> Any:
     import transformers
 
-    model = transformers.GPT2LMHeadModel.from_pretrained(str(folder), attn_implementation=attn, dtype=torch.float32)
+    model = transformers.GPT2LMHeadModel.from_pretrained(str(folder), attn_implementation=attn, dtype=dtype)
     # No end-of-text stop: every competitor generates exactly max_new_tokens.
     model.generation_config.eos_token_id = None
     model.generation_config.pad_token_id = 50256
     return model.to(device).eval()
 
 
-def load_tl(folder: Path, device: str, processed: bool = True) -> Any:
+def load_tl(folder: Path, device: str, processed: bool = True, dtype: torch.dtype = torch.float32) -> Any:
     from interp_gpt.compare import to_transformer_lens
 
     model = to_transformer_lens(folder, processed=processed)
     if device != "cpu":  # HookedTransformer.to prints a line even when nothing moves
         model = model.to(device)
+    if dtype != torch.float32:  # processed in float32 (as transformer-lens does), then cast
+        model = model.to(dtype)
     return model.eval()
 
 
-def load_ours(folder: Path, device: str, processed: bool = True) -> Any:
+def load_ours(folder: Path, device: str, processed: bool = True, dtype: torch.dtype = torch.float32) -> Any:
     from interp_gpt import from_pretrained, from_pretrained_no_processing
 
     load = from_pretrained if processed else from_pretrained_no_processing
-    return load(folder, tokenizer=None, device=device)
+    return load(folder, tokenizer=None, device=device, dtype=dtype)
 
 
 class Models:

@@ -52,19 +52,19 @@ def prefix_text(model, texts, n_windows):  # type: ignore[no-untyped-def]
     return text[:cut], token_windows(model, [text[:cut]], 128)[:n_windows]
 
 
-def ours(model, text: str, n_tokens: int, batch: int) -> float:  # type: ignore[no-untyped-def]
+def ours(model, text: str, n_tokens: int, batch: int, device: str = "cpu") -> float:  # type: ignore[no-untyped-def]
     from interp_gpt.sae import SAE, SAEConfig
     from interp_gpt.sae.training import SAETrainer, SAETrainingConfig, activation_batches
 
     start = time.perf_counter()
-    sae = SAE(SAEConfig(d_in=128, d_sae=D_SAE, architecture="topk", k=K, metadata={"hook_name": HOOK}))
+    sae = SAE(SAEConfig(d_in=128, d_sae=D_SAE, architecture="topk", k=K, metadata={"hook_name": HOOK}, device=device))
     trainer = SAETrainer(sae, SAETrainingConfig(lr=LR, log_every=10**9))
     batches = activation_batches(model, HOOK, [text], batch, 128, keep_in_memory=False)
     trainer.train(batches, n_tokens // batch, progress=False)
     return time.perf_counter() - start
 
 
-def saelens(tl_model, dataset, n_tokens: int, batch: int) -> float:  # type: ignore[no-untyped-def]
+def saelens(tl_model, dataset, n_tokens: int, batch: int, device: str = "cpu") -> float:  # type: ignore[no-untyped-def]
     from sae_lens import LanguageModelSAERunnerConfig, LanguageModelSAETrainingRunner, LoggingConfig
     from sae_lens.saes.topk_sae import TopKTrainingSAEConfig
 
@@ -83,7 +83,7 @@ def saelens(tl_model, dataset, n_tokens: int, batch: int) -> float:  # type: ign
         train_batch_size_tokens=batch,
         training_tokens=n_tokens,
         lr=LR,
-        device="cpu",
+        device=device,
         dtype="float32",
         logger=LoggingConfig(log_to_wandb=False),
         output_path=None,
