@@ -128,6 +128,9 @@ def _eap_ig(
     # The corrupted input embeddings: the input sender's other value (an ablation's, too).
     start_in = other[:, :, 0].expand_as(base.resid[0])
     matrix = torch.zeros(len(graph.senders), len(graph.receivers), dtype=diff.dtype, device=diff.device)
+    # Sender-major rows [n_senders, batch * pos * d_model], copied once: each receiver group's scores are then
+    # one matmul with a slice of contiguous rows (an einsum over diff's slice copied it for every group).
+    diff = diff.permute(2, 0, 1, 3).reshape(diff.shape[2], -1)
     bar = tqdm(total=steps, desc="EAP-IG" if steps > 1 else "EAP", disable=not progress)
     reached = False  # a non-zero gradient at some receiver input, in some step
     try:
@@ -154,8 +157,9 @@ def _accumulate(
     matrix: Tensor,
 ) -> bool:
     """Add `sum over copies, batch, pos of diff . grad` into `matrix [n_senders, n_receivers]` for one
-    forward+backward of `len(alphas)` interpolated copies stacked along the batch. Returns whether
-    the metric's gradient was non-zero at some receiver input."""
+    forward+backward of `len(alphas)` interpolated copies stacked along the batch (`diff`: the senders'
+    differences as rows `[n_senders, batch * pos * d_model]`). Returns whether the metric's gradient was
+    non-zero at some receiver input."""
     n, n_heads = graph.n_layers, graph.n_heads
     n_batch, n_pos = base.tokens.shape
     n_copies = len(alphas)
@@ -203,8 +207,8 @@ def _accumulate(
             else:
                 r = [graph.head_receiver(layer, h, kind) for h in range(n_heads)]
                 n_up = graph.receiver_n_senders[r[0]]
-            g = g if g.ndim == 4 else g[:, :, None]
-            matrix[:n_up, r] += torch.einsum("bpsd,bprd->sr", diff[:, :, :n_up], g)
+            g = g if g.ndim == 4 else g[:, :, None]  # [batch, pos, receivers, d_model]
+            matrix[:n_up, r] += diff[:n_up] @ g.permute(0, 1, 3, 2).reshape(-1, g.shape[2])
     return reached
 
 
