@@ -58,6 +58,15 @@ def browser():  # type: ignore[no-untyped-def]
         devtools.close()
 
 
+def reload(browser: DevTools) -> None:
+    """Reload the page and wait for the new document. Page.reload returns before the old document is
+    gone, so READY alone may still read the old page (a race seen once under load): a marker set on the
+    old window tells the two apart."""
+    browser.js("window.__before_reload = true")
+    browser.page("Page.reload")
+    browser.wait_for(f"!window.__before_reload && {READY}")
+
+
 def open_page(browser: DevTools, page: Path) -> str:
     url = page.resolve().as_uri()
     browser.page("Page.navigate", {"url": url})
@@ -231,8 +240,7 @@ def test_supernodes_survive_a_reload_and_travel_as_json(browser, graph, model, t
     # Saved under the slug: a reload brings it back.
     stored = browser.js("localStorage.getItem('interp_gpt.attribution_graph.cat-mat')")
     assert json.loads(stored) == expected
-    browser.page("Page.reload")
-    browser.wait_for(READY)
+    reload(browser)
     assert browser.js("attributionGraph.grouping()") == expected
     assert browser.js("document.querySelectorAll('#graph .supernode').length") == 1
 
@@ -254,7 +262,6 @@ def test_supernodes_survive_a_reload_and_travel_as_json(browser, graph, model, t
     assert browser.js("attributionGraph.grouping()")["supernodes"] == [{"name": "uploaded", "members": [ids[0]]}]
     assert browser.js("attributionGraph.importGrouping('not json')") is False
     assert browser.js("document.getElementById('grouping-status').textContent").startswith("not a grouping file:")
-    browser.page("Page.reload")
-    browser.wait_for(READY)
+    reload(browser)
     assert browser.js("attributionGraph.grouping()")["supernodes"] == [{"name": "uploaded", "members": [ids[0]]}]
     no_trouble(browser, url, other_url)
