@@ -11,8 +11,9 @@ losses). In float64 the same seed gives the same basis.
 
 from __future__ import annotations
 
-import copy
+import sys
 from importlib.metadata import version
+from pathlib import Path
 
 import pytest
 import torch
@@ -28,6 +29,9 @@ from interp_gpt.causal import (
     sparse_probing,
 )
 from interp_gpt.causal.das import _subspace, _weight
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from tl_bridge import word_level_bridge  # noqa: E402
 
 tl = pytest.importorskip("transformer_lens")
 
@@ -46,30 +50,6 @@ pytestmark = [
 HOOK = "blocks.1.hook_resid_pre"
 
 
-def _bridge(hf):  # type: ignore[no-untyped-def]
-    import tokenizers
-    import transformers
-    from transformer_lens.model_bridge import TransformerBridge
-
-    n = hf.config.vocab_size
-    vocab = {f"t{i}": i for i in range(n - 1)} | {"<|endoftext|>": n - 1}
-    backend = tokenizers.Tokenizer(tokenizers.models.WordLevel(vocab, unk_token="<|endoftext|>"))
-    backend.pre_tokenizer = tokenizers.pre_tokenizers.WhitespaceSplit()
-    tok = transformers.PreTrainedTokenizerFast(
-        tokenizer_object=backend,
-        bos_token="<|endoftext|>",
-        eos_token="<|endoftext|>",
-        pad_token="<|endoftext|>",
-        add_bos_token=True,  # else transformer-lens rebuilds the tokenizer from the hub
-    )
-    tok.init_kwargs["name_or_path"] = "interp_gpt-causal-test"  # transformer-lens reads it (else the hub)
-    bridge = TransformerBridge.boot_transformers(
-        "interp_gpt-causal-test", hf_model=copy.deepcopy(hf), tokenizer=tok, device="cpu"
-    ).eval()
-    bridge.enable_compatibility_mode(disable_warnings=True, no_processing=True)
-    return bridge
-
-
 def _pair(hf_gpt2_factory, dtype: torch.dtype):  # type: ignore[no-untyped-def]
     hf = hf_gpt2_factory(seed=3)
     with torch.no_grad():  # GPT-2's init (std 0.02) barely lets an intervention move the logits: scale it up
@@ -79,7 +59,12 @@ def _pair(hf_gpt2_factory, dtype: torch.dtype):  # type: ignore[no-untyped-def]
     hf = hf.to(dtype)
     gen = torch.Generator().manual_seed(0)
     base, source = torch.randint(0, 99, (6, 8), generator=gen), torch.randint(0, 99, (6, 9), generator=gen)
-    return from_pretrained_no_processing(hf, tokenizer=None).to(dtype).eval(), _bridge(hf), base, source
+    return (
+        from_pretrained_no_processing(hf, tokenizer=None).to(dtype).eval(),
+        word_level_bridge(hf, "interp_gpt-causal-test"),
+        base,
+        source,
+    )
 
 
 @pytest.fixture(scope="module")

@@ -3,12 +3,18 @@ on a TransformerBridge built offline from a random Hugging Face GPT-2 (the parit
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import pytest
 import torch
 
 from interp_gpt import from_pretrained_no_processing
 from interp_gpt.circuits import get_act_patch_direct_path, get_act_patch_direct_path_all_sources
 from interp_gpt.compare import transformer_lens_major
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from tl_bridge import word_level_bridge  # noqa: E402
 
 tl = pytest.importorskip("transformer_lens")
 pytestmark = [
@@ -18,32 +24,6 @@ pytestmark = [
         reason="get_act_patch_direct_path is transformer-lens 4.3's: the .venv (TL 4.3) checks this",
     ),
 ]
-
-
-def _bridge(hf):  # type: ignore[no-untyped-def]
-    import copy
-
-    import tokenizers
-    import transformers
-    from transformer_lens.model_bridge import TransformerBridge
-
-    vocab_size = hf.config.vocab_size
-    vocab = {f"t{i}": i for i in range(vocab_size - 1)} | {"<|endoftext|>": vocab_size - 1}
-    backend = tokenizers.Tokenizer(tokenizers.models.WordLevel(vocab, unk_token="<|endoftext|>"))
-    backend.pre_tokenizer = tokenizers.pre_tokenizers.WhitespaceSplit()
-    tok = transformers.PreTrainedTokenizerFast(
-        tokenizer_object=backend,
-        bos_token="<|endoftext|>",
-        eos_token="<|endoftext|>",
-        pad_token="<|endoftext|>",
-        add_bos_token=True,
-    )
-    tok.init_kwargs["name_or_path"] = "interp_gpt-circuits-test"
-    model = TransformerBridge.boot_transformers(
-        "interp_gpt-circuits-test", hf_model=copy.deepcopy(hf), tokenizer=tok, device="cpu"
-    ).eval()
-    model.enable_compatibility_mode(disable_warnings=True, no_processing=True)
-    return model
 
 
 @pytest.fixture(scope="module")
@@ -56,7 +36,12 @@ def pair(hf_gpt2_factory):  # type: ignore[no-untyped-def]
     gen = torch.Generator().manual_seed(0)
     clean = torch.randint(0, 99, (3, 8), generator=gen)
     corrupted = torch.randint(0, 99, (3, 8), generator=gen)
-    return from_pretrained_no_processing(hf_model, tokenizer=None).eval(), _bridge(hf_model), clean, corrupted
+    return (
+        from_pretrained_no_processing(hf_model, tokenizer=None).eval(),
+        word_level_bridge(hf_model, "interp_gpt-circuits-test"),
+        clean,
+        corrupted,
+    )
 
 
 def metric(logits: torch.Tensor) -> torch.Tensor:

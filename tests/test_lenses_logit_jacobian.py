@@ -5,10 +5,11 @@ offline from the same random Hugging Face GPT-2 (skipped where transformer-lens 
 
 from __future__ import annotations
 
-import copy
 import re
+import sys
 import warnings
 from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
 
 import pytest
 import torch
@@ -16,6 +17,9 @@ import torch
 from interp_gpt import GPT, Config, from_pretrained_no_processing
 from interp_gpt.inspect import logit_lens as cache_logit_lens
 from interp_gpt.lenses import JacobianLens, jacobian_lens, logit_lens, readout
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from tl_bridge import word_level_bridge  # noqa: E402
 
 
 def _tl_at_least_4_3() -> bool:
@@ -256,9 +260,8 @@ def test_jacobian_lens_bad_inputs_say_what_was_expected(tiny_model):
 def pair():  # type: ignore[no-untyped-def]
     """Ours and transformer-lens 4.3's raw bridge of one random 3-layer Hugging Face GPT-2, with a word-level
     tokenizer ("t7" is id 7, BOS 49 first) so both read the same ids from text."""
-    tokenizers = pytest.importorskip("tokenizers")
+    pytest.importorskip("tokenizers")
     transformers = pytest.importorskip("transformers")
-    from transformer_lens.model_bridge import TransformerBridge
 
     cfg = transformers.GPT2Config(
         n_layer=3, n_head=4, n_embd=32, n_positions=40, n_ctx=40, vocab_size=50, bos_token_id=49, eos_token_id=49
@@ -273,20 +276,7 @@ def pair():  # type: ignore[no-untyped-def]
             elif name.endswith(".weight"):
                 p.mul_(5.0)  # GPT-2's 0.02 init leaves every Jacobian close to the identity
     hf.eval()
-    vocab = {f"t{i}": i for i in range(49)} | {"<|endoftext|>": 49}
-    backend = tokenizers.Tokenizer(tokenizers.models.WordLevel(vocab, unk_token="<|endoftext|>"))
-    backend.pre_tokenizer = tokenizers.pre_tokenizers.WhitespaceSplit()
-    tok = transformers.PreTrainedTokenizerFast(
-        tokenizer_object=backend,
-        bos_token="<|endoftext|>",
-        eos_token="<|endoftext|>",
-        pad_token="<|endoftext|>",
-        add_bos_token=True,
-    )
-    tok.init_kwargs["name_or_path"] = "interp_gpt-lenses-test"
-    bridge = TransformerBridge.boot_transformers(
-        "interp_gpt-lenses-test", hf_model=copy.deepcopy(hf), tokenizer=tok, device="cpu"
-    ).eval()
+    bridge = word_level_bridge(hf, "interp_gpt-lenses-test", compatibility=False)
     return from_pretrained_no_processing(hf, tokenizer=None).eval(), bridge
 
 

@@ -18,9 +18,11 @@ the same ones); `INTERP_GPT_HYPOTHESIS_EXAMPLES=500` draws more, and
 from __future__ import annotations
 
 import os
+import sys
 import tempfile
 import warnings
 from dataclasses import dataclass
+from pathlib import Path
 
 import hypothesis  # the dev extra; transformers and transformer-lens are the compare extra's
 import pytest
@@ -33,6 +35,9 @@ pytest.importorskip("transformer_lens")
 
 from interp_gpt import GPT, from_pretrained_no_processing  # noqa: E402
 from interp_gpt.compare import transformer_lens_major  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from tl_bridge import word_level_bridge  # noqa: E402
 
 pytestmark = pytest.mark.parity
 TL_MAJOR = transformer_lens_major()
@@ -304,30 +309,9 @@ def hooked_transformer(hf, case: Case, processed: bool):  # type: ignore[no-unty
 
 
 def bridge(hf, case: Case, processed: bool):  # type: ignore[no-untyped-def]
-    """transformer-lens 4.x's TransformerBridge around a copy of `hf` (it rewrites the model it
-    wraps), in compatibility mode. It insists on a tokenizer; the tests feed token ids, so a
-    word-level vocabulary of the right size will do."""
-    import copy
-
-    import tokenizers
-    from transformer_lens.model_bridge import TransformerBridge
-
-    vocab = {f"t{i}": i for i in range(case.vocab - 1)} | {"<|endoftext|>": case.vocab - 1}
-    backend = tokenizers.Tokenizer(tokenizers.models.WordLevel(vocab, unk_token="<|endoftext|>"))
-    backend.pre_tokenizer = tokenizers.pre_tokenizers.WhitespaceSplit()
-    tok = transformers.PreTrainedTokenizerFast(
-        tokenizer_object=backend,
-        bos_token="<|endoftext|>",
-        eos_token="<|endoftext|>",
-        pad_token="<|endoftext|>",
-        add_bos_token=True,  # else the bridge reloads the tokenizer by name, from the hub
-    )
-    tok.init_kwargs["name_or_path"] = "interp_gpt-property-test"  # the bridge reads it
-    model = TransformerBridge.boot_transformers(
-        "interp_gpt-property-test", hf_model=copy.deepcopy(hf), tokenizer=tok, device="cpu"
-    ).eval()
-    model.enable_compatibility_mode(disable_warnings=True, no_processing=not processed)
-    return model
+    """transformer-lens 4.x's TransformerBridge around a copy of `hf`, in compatibility mode (the tests
+    feed token ids: a word-level vocabulary of the right size will do)."""
+    return word_level_bridge(hf, "interp_gpt-property-test", processed=processed)
 
 
 def assert_hooks_match(ours: GPT, reference, case: Case, scaled: bool) -> set[str]:  # type: ignore[no-untyped-def]
