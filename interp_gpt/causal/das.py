@@ -32,7 +32,7 @@ from .interchange import (
     TaskLogits,
     check_gpt,
     check_hook,
-    check_positions,
+    check_position_pair,
     check_strength,
     check_token_rows,
     chunks,
@@ -147,14 +147,7 @@ def fit_das(
     lr = check_float(lr, "lr", 0.0, caller=caller)
     strength = check_strength(strength, caller)
     seed = check_int(seed, "seed", caller)
-    pos = check_positions(base_positions, base.shape[0], base.shape[1], "base_positions", caller)
-    src_pos = check_positions(
-        base_positions if source_positions is None else source_positions,
-        source.shape[0],
-        source.shape[1],
-        "source_positions",
-        caller,
-    )
+    pos, src_pos = check_position_pair(base, source, base_positions, source_positions, "base_positions", caller)
 
     # 1. the source activations
     src = collect_activations(model, hook, source, src_pos, batch_size=batch_size)

@@ -79,6 +79,16 @@ def check_positions(positions: Any, n_batch: int, n_pos: int, arg: str, caller: 
     return pos % n_pos
 
 
+def check_position_pair(
+    base: Tensor, source: Tensor, positions: Any, source_positions: Any, arg: str, caller: str
+) -> tuple[Tensor, Tensor]:
+    """(base positions, source positions) as `check_positions` gives them; `source_positions` None reads the
+    source where the base is intervened on. `arg` names `positions` in errors."""
+    pos = check_positions(positions, base.shape[0], base.shape[1], arg, caller)
+    src = positions if source_positions is None else source_positions
+    return pos, check_positions(src, source.shape[0], source.shape[1], "source_positions", caller)
+
+
 def check_strength(strength: Any, caller: str) -> float:
     """`strength` as a finite float (any sign: 1 interchanges, 0 leaves the base)."""
     if isinstance(strength, bool) or not isinstance(strength, (int, float)):
@@ -198,14 +208,7 @@ def _run(
     batch_size = check_int_in_range(batch_size, "batch_size", 1, None, caller=caller)
     if task_logits is not None and not callable(task_logits):
         raise TypeError(f"{caller}: task_logits must be a function tokens -> logits, got {type(task_logits).__name__}")
-    pos = check_positions(positions, base.shape[0], base.shape[1], "positions", caller)
-    src_pos = check_positions(
-        positions if source_positions is None else source_positions,
-        source.shape[0],
-        source.shape[1],
-        "source_positions",
-        caller,
-    )
+    pos, src_pos = check_position_pair(base, source, positions, source_positions, "positions", caller)
     src = collect_activations(model, hook, source, src_pos, batch_size=batch_size)
     basis = check_basis(basis, src.shape[-1], "basis", caller)
     intervention = make(basis)
