@@ -233,38 +233,40 @@ class Device:
                 out[label] = {"max_abs": err, "top1_agreement": top1}
         return out
 
-    def forward(self, name: str, dtype: torch.dtype) -> dict[str, Any]:
-        ours, hf = self.ours(dtype), self.hf(dtype)
+    def per_shape(self, goal: str, name: str, competitors: Any, mine: str, theirs: str) -> dict[str, Any]:
+        """At every forward shape, time `competitors(tokens)` (label -> function) and the ratio `mine` /
+        `theirs`; the goal holds for every shape, so the worst ratio is the one reported."""
         out: dict[str, Any] = {}
         for batch, pos in self.shapes.forward:
             toks = self.tokens(batch, pos)
             print(f"  {batch}x{pos} tokens:")
             with torch.inference_mode():
-                r = self.timed(
-                    {"HF sdpa": lambda t=toks: hf(t, use_cache=False).logits, "ours": lambda t=toks: ours(t)}
-                )
-            r["ratio"] = C.median(r["times"]["ours"]) / C.median(r["times"]["HF sdpa"])
+                r = self.timed(competitors(toks))
+            r["ratio"] = C.median(r["times"][mine]) / C.median(r["times"][theirs])
             out[f"{batch}x{pos}"] = r
-        # The goal holds for every shape: the worst ratio is the one reported.
         worst = max(out, key=lambda s: out[s]["ratio"])
-        self.goal("forward", name, out[worst]["ratio"], detail=f"worst of {', '.join(out)}: {worst}")
+        self.goal(goal, name, out[worst]["ratio"], detail=f"worst of {', '.join(out)}: {worst}")
         return out
+
+    def forward(self, name: str, dtype: torch.dtype) -> dict[str, Any]:
+        ours, hf = self.ours(dtype), self.hf(dtype)
+        return self.per_shape(
+            "forward",
+            name,
+            lambda t: {"HF sdpa": lambda: hf(t, use_cache=False).logits, "ours": lambda: ours(t)},
+            "ours",
+            "HF sdpa",
+        )
 
     def cache(self, name: str, dtype: torch.dtype) -> dict[str, Any]:
         ours = self.ours(dtype)
-        out: dict[str, Any] = {}
-        for batch, pos in self.shapes.forward:
-            toks = self.tokens(batch, pos)
-            print(f"  {batch}x{pos} tokens:")
-            with torch.inference_mode():
-                r = self.timed(
-                    {"ours plain": lambda t=toks: ours(t), "ours all hooks": lambda t=toks: ours.run_with_cache(t)}
-                )
-            r["ratio"] = C.median(r["times"]["ours all hooks"]) / C.median(r["times"]["ours plain"])
-            out[f"{batch}x{pos}"] = r
-        worst = max(out, key=lambda s: out[s]["ratio"])
-        self.goal("cache", name, out[worst]["ratio"], detail=f"worst of {', '.join(out)}: {worst}")
-        return out
+        return self.per_shape(
+            "cache",
+            name,
+            lambda t: {"ours plain": lambda: ours(t), "ours all hooks": lambda: ours.run_with_cache(t)},
+            "ours all hooks",
+            "ours plain",
+        )
 
     def patching(self, name: str, dtype: torch.dtype) -> dict[str, Any]:
         import transformer_lens.patching as tl_patching
