@@ -63,7 +63,10 @@ def test_faithfulness_equals_transformer_lens_4_3s(hf_gpt2_factory):  # type: ig
         for name, p in hf.named_parameters():
             if name.endswith(".weight") and ".ln_" not in name:
                 p.mul_(8.0)
-    ours, bridge = from_pretrained_no_processing(hf, tokenizer=None).eval(), word_level_bridge(hf, "interp_gpt-circuits-test")
+    ours, bridge = (
+        from_pretrained_no_processing(hf, tokenizer=None).eval(),
+        word_level_bridge(hf, "interp_gpt-circuits-test"),
+    )
     gen = torch.Generator().manual_seed(0)
     clean, corrupted = (torch.randint(0, 99, (1, 7), generator=gen) for _ in range(2))
 
