@@ -24,6 +24,7 @@ from jaxtyping import Float, Int
 from torch import Tensor, nn
 
 from .activations import ACTIVATIONS, IN_PLACE, add_bias, gelu_fast, gelu_new, unembed_in_slices  # noqa: F401
+from .attention_blocks import blocks_apply, causal_attention_in_blocks
 from .checks import check_layer, check_resid
 from .config import Config
 from .factored import FactoredMatrix
@@ -189,7 +190,11 @@ class Attention(nn.Module):
         if attention_mask is not None:  # and never attend to padding
             allowed = allowed & attention_mask[:, None, None, :].bool()  # [batch, 1, q_pos, k_pos]
 
-        if self.hook_attn_scores.has_hooks or self.hook_pattern.has_hooks or explicit_paths():
+        explicit = self.hook_attn_scores.has_hooks or self.hook_pattern.has_hooks or explicit_paths()
+        if explicit and attention_mask is None and past == 0 and blocks_apply(q, k, torch.is_grad_enabled()):
+            # A long causal context: the same maths a block of queries at a time, skipping the masked part.
+            z = causal_attention_in_blocks(q, k, v, self.hook_attn_scores, self.hook_pattern)
+        elif explicit:
             # q / sqrt(d_head) before the product (the same maths as scaling the scores, exactly
             # so for d_head = 64) and the mask written in place: on a long context each pass
             # over a fresh [batch, n_heads, q_pos, k_pos] tensor costs as much as a matmul.
