@@ -8,7 +8,8 @@ The hooks still see whole `[batch, n_heads, query_pos, key_pos]` tensors, masked
 -inf, pattern 0 above the diagonal); each skipped part is used only while the hook handed back the
 tensor it was given, unchanged (the same object, no in-place write: `Tensor._version`). A hook that
 edits the scores or the pattern, in place or by returning another tensor, gets the whole product as
-before.
+before. (Writes that bypass the version counter, through `.data` or a NumPy view, are not seen: edit
+the tensor itself, or return a new one.)
 """
 
 from __future__ import annotations
@@ -23,10 +24,11 @@ from torch import Tensor
 BLOCK = 128
 
 
-def blocks_apply(q: Tensor, k: Tensor, grad: bool) -> bool:
-    """Whether `causal_attention_in_blocks` applies: a context longer than one block, no autograd
-    graph through q, k (the blocks are written into preallocated tensors, which autograd cannot follow)."""
-    return q.shape[1] > BLOCK and not (grad and (q.requires_grad or k.requires_grad))
+def blocks_apply(q: Tensor, k: Tensor, v: Tensor) -> bool:
+    """Whether `causal_attention_in_blocks` applies: a context longer than one block, no autograd graph
+    through q, k or v (the blocks are written into preallocated tensors, which autograd cannot follow)."""
+    graph = torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)
+    return q.shape[1] > BLOCK and not graph
 
 
 def _counted_empty(like: Tensor, shape: tuple[int, ...] | torch.Size) -> Tensor:

@@ -191,7 +191,7 @@ class Attention(nn.Module):
             allowed = allowed & attention_mask[:, None, None, :].bool()  # [batch, 1, q_pos, k_pos]
 
         explicit = self.hook_attn_scores.has_hooks or self.hook_pattern.has_hooks or explicit_paths()
-        if explicit and attention_mask is None and past == 0 and blocks_apply(q, k, torch.is_grad_enabled()):
+        if explicit and attention_mask is None and past == 0 and blocks_apply(q, k, v):
             # A long causal context: the same maths a block of queries at a time, skipping the masked part.
             z = causal_attention_in_blocks(q, k, v, self.hook_attn_scores, self.hook_pattern)
         elif explicit:

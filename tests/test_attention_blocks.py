@@ -110,3 +110,20 @@ def test_autograd_takes_the_whole_products(tiny_model, tokens, monkeypatch):
     got, want, n = run_both(monkeypatch, loss)
     assert n == 0
     torch.testing.assert_close(got, want, atol=0, rtol=0)
+
+
+def test_a_value_hook_with_a_graph_takes_the_whole_products(tiny_model, tokens, monkeypatch):
+    # Under no_grad nothing records a graph; with grad on and only v carrying one, the blocks must stand aside
+    # (their matmul(out=...) writes cannot be differentiated).
+    tiny_model.requires_grad_(False)
+    extra = torch.zeros(tiny_model.cfg.n_heads, tiny_model.cfg.d_head, requires_grad=True)
+    hooks = [("blocks.0.attn.hook_v", lambda v, hook: v + extra), ("blocks.0.attn.hook_pattern", lambda p, hook: None)]
+
+    def grad():
+        extra.grad = None
+        tiny_model.run_with_hooks(tokens, fwd_hooks=hooks, return_type="loss").backward()
+        return extra.grad.clone()
+
+    got, want, n = run_both(monkeypatch, grad)
+    assert n == 0
+    torch.testing.assert_close(got, want, atol=0, rtol=0)
