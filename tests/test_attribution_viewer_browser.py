@@ -58,13 +58,23 @@ def browser():  # type: ignore[no-untyped-def]
         devtools.close()
 
 
-def reload(browser: DevTools) -> None:
+def reload(browser: DevTools, restored: str = "true") -> None:
     """Reload the page and wait for the new document. Page.reload returns before the old document is
     gone, so READY alone may still read the old page (a race seen once under load): a marker set on the
-    old window tells the two apart."""
-    browser.js("window.__before_reload = true")
-    browser.page("Page.reload")
-    browser.wait_for(f"!window.__before_reload && {READY}")
+    old window tells the two apart.
+
+    `restored`: a condition on the new page that what the old one stored came back. A page writes
+    localStorage through its own renderer, which hands the write to the browser asynchronously; under
+    load a reload straight after the write can read the value from before it (seen in a CI run). So up
+    to three reloads, a second apart, until the condition holds; the caller's assert then tells a page
+    that never restores (the behaviour under test) from one that was only early."""
+    for attempt in range(3):
+        browser.settle(0.2 + attempt)
+        browser.js("window.__before_reload = true")
+        browser.page("Page.reload")
+        browser.wait_for(f"!window.__before_reload && {READY}")
+        if browser.js(restored):
+            return
 
 
 def open_page(browser: DevTools, page: Path) -> str:
@@ -240,7 +250,7 @@ def test_supernodes_survive_a_reload_and_travel_as_json(browser, graph, model, t
     # Saved under the slug: a reload brings it back.
     stored = browser.js("localStorage.getItem('interp_gpt.attribution_graph.cat-mat')")
     assert json.loads(stored) == expected
-    reload(browser)
+    reload(browser, "attributionGraph.grouping().supernodes.length === 1")
     assert browser.js("attributionGraph.grouping()") == expected
     assert browser.js("document.querySelectorAll('#graph .supernode').length") == 1
 
@@ -262,6 +272,6 @@ def test_supernodes_survive_a_reload_and_travel_as_json(browser, graph, model, t
     assert browser.js("attributionGraph.grouping()")["supernodes"] == [{"name": "uploaded", "members": [ids[0]]}]
     assert browser.js("attributionGraph.importGrouping('not json')") is False
     assert browser.js("document.getElementById('grouping-status').textContent").startswith("not a grouping file:")
-    reload(browser)
+    reload(browser, "attributionGraph.grouping().supernodes[0]?.name === 'uploaded'")
     assert browser.js("attributionGraph.grouping()")["supernodes"] == [{"name": "uploaded", "members": [ids[0]]}]
     no_trouble(browser, url, other_url)
