@@ -37,6 +37,39 @@ def random_tokens(batch: int, pos: int, d_vocab: int = 50257, seed: int = 0) -> 
     return torch.randint(0, d_vocab - 1, (batch, pos), generator=torch.Generator().manual_seed(seed))
 
 
+def parse_shapes(text: str) -> list[tuple[int, int]]:
+    """`--shapes` text such as "4x128,1x1024" as (batch, positions) pairs; ValueError (the message names
+    the flag and the entry) for anything but pairs of positive integers."""
+    shapes = []
+    for shape in text.split(","):
+        parts = shape.strip().lower().split("x")
+        if len(parts) != 2 or not all(part.isdigit() and int(part) > 0 for part in parts):
+            raise ValueError(f"--shapes: expected BATCHxPOS pairs of positive integers such as 4x128, got {shape!r}")
+        shapes.append((int(parts[0]), int(parts[1])))
+    return shapes
+
+
+def edge_hooked_transformer(model: Any, device: str = "cpu") -> Any:
+    """A transformer-lens `HookedTransformer` holding `model`'s (unprocessed) weights, with the hooks the
+    edge-attribution references read (`use_attn_result`, `use_split_qkv_input`, `use_hook_mlp_in`): our
+    parameter names are transformer-lens', so the state dict loads as it is. Any release with
+    `HookedTransformer` (2.x, 3.x), imported here, not at module level."""
+    from transformer_lens import HookedTransformer, HookedTransformerConfig
+
+    c = model.cfg
+    tl_cfg = HookedTransformerConfig(
+        n_layers=c.n_layers, d_model=c.d_model, n_heads=c.n_heads, d_head=c.d_head, d_mlp=c.d_mlp,
+        d_vocab=c.d_vocab, n_ctx=c.n_ctx, act_fn=c.act_fn, eps=c.layer_norm_eps,
+        normalization_type=c.normalization_type, positional_embedding_type="standard",
+        use_attn_result=True, use_split_qkv_input=True, use_hook_mlp_in=True, device=device,
+    )  # fmt: skip
+    tl = HookedTransformer(tl_cfg)
+    weights = {k: v for k, v in model.state_dict().items() if not k.endswith(("IGNORE", "mask"))}
+    missing, unexpected = tl.load_state_dict(weights, strict=False)
+    assert not unexpected and all(k.endswith(("IGNORE", "mask")) for k in missing), (missing, unexpected)
+    return tl.eval()
+
+
 # ----------------------------------------------------------------------------
 # Timing
 # ----------------------------------------------------------------------------

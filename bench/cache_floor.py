@@ -42,13 +42,10 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.repeats < 1:
         p.error(f"--repeats: expected at least 1, got {args.repeats}")
-    shapes = []
-    for s in args.shapes.split(","):
-        try:
-            b, t = (int(x) for x in s.lower().split("x"))
-        except ValueError:
-            p.error(f"--shapes: expected entries like 4x128, got {s!r}")
-        shapes.append((b, t))
+    try:
+        shapes = C.parse_shapes(args.shapes)
+    except ValueError as e:
+        p.error(str(e))
     if args.threads:
         torch.set_num_threads(args.threads)
     folder, how = C.checkpoint()

@@ -49,7 +49,7 @@ from typing import Any
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import interleaved, median, random_tokens  # noqa: E402
+from _common import edge_hooked_transformer, interleaved, median, random_tokens  # noqa: E402
 
 from interp_gpt import GPT, preset  # noqa: E402
 from interp_gpt.circuits import Graph, eap_ig_scores, eap_scores  # noqa: E402
@@ -114,7 +114,6 @@ def main(argv: list[str] | None = None) -> int:
     import eap.attribute  # noqa: F401  (fails here, with its reason, where it is not on PYTHONPATH)
     from eap.attribute import attribute
     from eap.graph import Graph as TheirGraph
-    from transformer_lens import HookedTransformer, HookedTransformerConfig
 
     eap.attribute.torch = TorchOn(args.device)  # type: ignore[assignment]
     eap.attribute.tokenize_plus = tokens_as_is  # type: ignore[assignment]
@@ -126,18 +125,7 @@ def main(argv: list[str] | None = None) -> int:
     model.init_weights(seed=0)
     model.to(args.device).eval()
     graph = Graph.from_model(model)
-    c = model.cfg
-    tl_cfg = HookedTransformerConfig(
-        n_layers=c.n_layers, d_model=c.d_model, n_heads=c.n_heads, d_head=c.d_head, d_mlp=c.d_mlp,
-        d_vocab=c.d_vocab, n_ctx=c.n_ctx, act_fn=c.act_fn, eps=c.layer_norm_eps,
-        normalization_type=c.normalization_type, positional_embedding_type="standard",
-        use_attn_result=True, use_split_qkv_input=True, use_hook_mlp_in=True, device=args.device,
-    )  # fmt: skip
-    tl = HookedTransformer(tl_cfg)
-    weights = {k: v for k, v in model.state_dict().items() if not k.endswith(("IGNORE", "mask"))}
-    missing, unexpected = tl.load_state_dict(weights, strict=False)
-    assert not unexpected and all(k.endswith(("IGNORE", "mask")) for k in missing), (missing, unexpected)
-    tl.eval()
+    tl = edge_hooked_transformer(model, args.device)
 
     clean = random_tokens(args.batch, args.tokens, seed=1).to(args.device)
     corrupted = random_tokens(args.batch, args.tokens, seed=2).to(args.device)

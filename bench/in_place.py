@@ -53,12 +53,10 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"--repeats: expected at least 1, got {args.repeats}")
     if args.threads is not None and args.threads < 1:
         p.error(f"--threads: expected at least 1, got {args.threads}")
-    shapes = []
-    for shape in args.shapes.split(","):
-        parts = shape.strip().split("x")
-        if len(parts) != 2 or not all(part.isdigit() and int(part) > 0 for part in parts):
-            p.error(f"--shapes: expected BATCHxPOS pairs of positive integers such as 4x128, got {shape!r}")
-        shapes.append((int(parts[0]), int(parts[1])))
+    try:
+        shapes = _common.parse_shapes(args.shapes)
+    except ValueError as e:
+        p.error(str(e))
     if args.threads:
         torch.set_num_threads(args.threads)
     folder, _ = _common.checkpoint(args.checkpoint)
