@@ -26,7 +26,7 @@ from torch import Tensor
 def checkpoint(folder: str | os.PathLike | None = None, seed: int = 0) -> tuple[Path, str]:
     """A GPT-2-small-shaped Hugging Face checkpoint with seeded random weights, and how
     it was made: `interp_gpt.cli.random_gpt2_small`, built once, then reused."""
-    from interp_gpt.cli import _home, random_gpt2_small
+    from interp_gpt.cli.commands import _home, random_gpt2_small
 
     target = Path(folder) if folder else _home() / f"random-gpt2-small-seed{seed}"
     return random_gpt2_small(seed=seed, folder=target), "interp_gpt.cli.random_gpt2_small"

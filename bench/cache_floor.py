@@ -7,7 +7,7 @@ Four competitors in interleaved rounds, one process, ours processed on bench/_co
 
     forward        model(tokens): the fused attention kernel, no pattern made
     cache          model.run_with_cache(tokens): every hook (210 on GPT-2 small)
-    cache, whole   the same with the attention's query blocks switched off (interp_gpt.attention_blocks.BLOCK
+    cache, whole   the same with the attention's query blocks switched off (interp_gpt.model.attention_blocks.BLOCK
                    set past the context): q.k^T, softmax and pattern.v over whole [query, key] squares
     forward+write  the plain forward, then as many new tensors as the cache holds, of the same shapes,
                    each written once (`torch.empty(shape).fill_(1.0)`)
@@ -31,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _common as C  # noqa: E402
 from run import load_ours  # noqa: E402
 
-import interp_gpt.attention_blocks as blocks  # noqa: E402
+import interp_gpt.model.attention_blocks as blocks  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:

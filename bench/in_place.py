@@ -27,7 +27,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _common  # noqa: E402
 
-import interp_gpt.model as M  # noqa: E402
+import interp_gpt.model.gpt as M  # noqa: E402
 from interp_gpt import GPT  # noqa: E402
 
 

@@ -29,7 +29,7 @@ from .loading import (
     from_pretrained_no_processing,
     save_hf_checkpoint,
 )
-from .model import GPT
+from .model.gpt import GPT
 from .sae import SAE, SAEConfig
 from .utils import get_act_name
 

@@ -37,6 +37,8 @@ from .slices import slice_index as _index
 from .slices import take as _take
 from .utils import get_act_name
 
+__all__ = ["TokensInput", "Stack", "ActivationCache", "check_int", "get_act_name"]
+
 TokensInput = Union[str, int, Int[Tensor, "..."]]
 Stack = Float[Tensor, "component *batch_and_pos d_model"]
 

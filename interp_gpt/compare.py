@@ -23,7 +23,24 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from .model import GPT
+from .model.gpt import GPT
+
+__all__ = [
+    "HookDiff",
+    "ComparisonReport",
+    "diff_tensors",
+    "compare",
+    "to_transformers",
+    "transformer_lens_version",
+    "transformer_lens_major",
+    "to_transformer_lens",
+    "compare_with_transformer_lens",
+    "compare_with_huggingface",
+    "ATOL",
+    "GPT",
+    "LOGITS_ATOL",
+    "RTOL",
+]
 
 ATOL, RTOL, LOGITS_ATOL = 1e-5, 1e-4, 1e-4
 
@@ -370,7 +387,7 @@ def to_transformer_lens(source: Any, processed: bool = True) -> Any:
 def _own_tokenizer(source: Any) -> Any:
     """The tokenizer saved beside a checkpoint by `Tokenizer.save` (the shipped models have
     one), so a reference built from it tokenizes text as our model does; else None."""
-    from .tokenizer import saved_tokenizer
+    from .tokenizer.bpe import saved_tokenizer
 
     if not isinstance(source, (str, os.PathLike)):
         return None
@@ -431,7 +448,7 @@ def _hf_tokenizer(d_vocab: int, ours: Any = None) -> Any:
     import tokenizers
     from transformers import PreTrainedTokenizerFast
 
-    from .tokenizer import gpt2_tokenizer
+    from .tokenizer.bpe import gpt2_tokenizer
 
     try:
         if ours is not None and ours.vocab_size == d_vocab:

@@ -9,6 +9,17 @@ from typing import Any, Literal
 
 import torch
 
+__all__ = [
+    "ACT_FNS",
+    "NORMALIZATION_TYPES",
+    "POSITIONAL_EMBEDDING_TYPES",
+    "Config",
+    "DTYPE_NAMES",
+    "as_float_dtype",
+    "PRESETS",
+    "preset",
+]
+
 ACT_FNS = ("gelu_new", "gelu", "relu", "gelu_fast")
 NORMALIZATION_TYPES = ("LN", "LNPre", None)
 POSITIONAL_EMBEDDING_TYPES = ("standard", "shortformer")

@@ -39,7 +39,7 @@ from tqdm.auto import tqdm  # type: ignore[import-untyped]
 
 from .checks import check_int_in_range, check_str_list
 from .inspect import random_token_range
-from .tokenizer import Tokenizer
+from .tokenizer.bpe import Tokenizer
 from .utils import lm_cross_entropy_loss
 
 __all__ = [

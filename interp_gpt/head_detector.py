@@ -23,7 +23,7 @@ from typing import Any, Literal, Union, get_args
 import torch
 from torch import Tensor
 
-from .inspect import _earlier_copies
+from .inspect import earlier_copies
 
 __all__ = [
     "HEAD_NAMES",
@@ -50,7 +50,7 @@ def get_previous_token_head_detection_pattern(tokens: Tensor) -> Tensor:
 
 def get_duplicate_token_head_detection_pattern(tokens: Tensor) -> Tensor:
     """`[pos, pos]`: 1 where the key is an earlier copy of the query's token."""
-    return _earlier_copies(tokens.reshape(1, -1).cpu())[0].float()
+    return earlier_copies(tokens.reshape(1, -1).cpu())[0].float()
 
 
 def get_induction_head_detection_pattern(tokens: Tensor) -> Tensor:

@@ -34,6 +34,19 @@ from torch import Tensor, nn
 
 from .slices import Slice, slice_index
 
+__all__ = [
+    "explicit_paths",
+    "HookFn",
+    "NameFilter",
+    "HookSpec",
+    "HookPoint",
+    "HasHooks",
+    "HookedModule",
+    "HookedRootModule",
+    "Slice",
+    "slice_index",
+]
+
 # One path per cache: inside `run_with_cache` every activation is computed by the explicit maths (LayerNorm
 # written out, attention through its pattern), whichever hooks the cache watches, so an activation is
 # bit-identical however it was cached (a names_filter, stop_at_layer, a full cache). Outside a cache the
@@ -136,7 +149,7 @@ class HookPoint(nn.Module):
         return [h for h in hooks if h.owner is None or h.owner == me]
 
     @property
-    def has_hooks(self) -> _HasHooks | _NoHooks:
+    def has_hooks(self) -> HasHooks | _NoHooks:
         """Whether a hook would fire here in the calling thread (fast paths skip this point if not).
 
         Read as a truth value (`if hp.has_hooks:`), or called as transformer-lens' method
@@ -144,7 +157,7 @@ class HookPoint(nn.Module):
         """
         if not self.fwd_hooks and not self.bwd_hooks:  # the common case, asked several times a layer
             return _NO_HOOKS
-        return _HasHooks(self)
+        return HasHooks(self)
 
     def forward(self, x: Tensor) -> Tensor:
         """`x` unchanged when no hook is attached; else what the hooks make of it, in order."""
@@ -172,7 +185,7 @@ class HookPoint(nn.Module):
         return x
 
 
-class _HasHooks:
+class HasHooks:
     """`HookPoint.has_hooks`: true when a hook would fire in the calling thread; called, transformer-lens'
     `has_hooks(dir, including_permanent, level)` (hooks of other threads' contexts do not count)."""
 
@@ -223,7 +236,7 @@ class _NoHooks(int):
     def __call__(
         self, dir: Literal["fwd", "bwd", "both"] = "both", including_permanent: bool = True, level: int | None = None
     ) -> bool:
-        return _HasHooks(None)(dir, including_permanent, level)  # checks the arguments; False
+        return HasHooks(None)(dir, including_permanent, level)  # checks the arguments; False
 
     def __repr__(self) -> str:
         return "False"

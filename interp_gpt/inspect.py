@@ -43,7 +43,7 @@ from .checks import (
     check_shape,
     check_type,
 )
-from .model import GPT, LayerNorm
+from .model.gpt import GPT, LayerNorm
 from .planted import PLANTED_ALPHABET as PLANTED_ALPHABET
 from .planted import planted_heads_model
 
@@ -55,6 +55,7 @@ __all__ = [
     "repeated_tokens",
     "head_scores",
     "accumulated_resid",
+    "cache_logit_lens",
     "logit_lens",
     "answer_lens",
     "resid_norms",
@@ -138,7 +139,7 @@ def previous_token_scores(cache: ActivationCache) -> Float[Tensor, "n_layers n_h
     return _mean_attention_to(patterns, target.to(patterns.device), "previous_token_scores")
 
 
-def _earlier_copies(tokens: Int[Tensor, "batch pos"]) -> Tensor:
+def earlier_copies(tokens: Int[Tensor, "batch pos"]) -> Tensor:
     """[batch, q, k]: True where k < q and tokens[k] == tokens[q]."""
     same = tokens[:, :, None] == tokens[:, None, :]
     return same & torch.ones_like(same[0]).tril(-1)
@@ -161,7 +162,7 @@ def duplicate_token_scores(
     """
     patterns = stack_patterns(_check_cache(cache, "duplicate_token_scores"))
     tokens = _check_tokens(tokens, (patterns.shape[1], patterns.shape[-1]), "duplicate_token_scores")
-    target = _earlier_copies(tokens.to(patterns.device))
+    target = earlier_copies(tokens.to(patterns.device))
     if not bool(target.any()):
         raise ValueError("duplicate_token_scores: no token in `tokens` occurs twice, so there is nothing to score")
     return _mean_attention_to(patterns, target, "duplicate_token_scores")
@@ -182,7 +183,7 @@ def induction_scores(cache: ActivationCache, tokens: Int[Tensor, "batch pos"]) -
     """
     patterns = stack_patterns(_check_cache(cache, "induction_scores"))
     tokens = _check_tokens(tokens, (patterns.shape[1], patterns.shape[-1]), "induction_scores")
-    copies = _earlier_copies(tokens.to(patterns.device))
+    copies = earlier_copies(tokens.to(patterns.device))
     target = torch.zeros_like(copies)
     target[:, :, 1:] = copies[:, :, :-1]  # key k+1 for every earlier copy at k
     target &= torch.ones_like(target[0]).tril(-1)  # never the query itself
@@ -324,20 +325,25 @@ def _unembed(model: GPT, resid: Float[Tensor, "... d_model"]) -> Float[Tensor, "
 
 
 @torch.no_grad()
-def logit_lens(
+def cache_logit_lens(
     cache: ActivationCache, batch: int = 0, incl_mid: bool = False
 ) -> tuple[Float[Tensor, "layer pos d_vocab"], list[str]]:
-    """The logit lens: the logits the model would give if it stopped at each layer.
+    """The logit lens of one prompt of a cache you already have: the logits the model would give if it
+    stopped at each layer (`interp_gpt.lenses.logit_lens` runs the model on a batch instead).
 
     Each accumulated residual (`accumulated_resid`) goes through ln_final, with its own
     statistics, and the unembedding. The last entry ("final_post") equals the model's logits.
+    Also importable as `logit_lens`, its first name here.
 
     Example:
-        >>> logits, labels = logit_lens(cache)          # [n_layers + 1, pos, d_vocab]
+        >>> logits, labels = cache_logit_lens(cache)          # [n_layers + 1, pos, d_vocab]
         >>> top_prob, top_token = logits.softmax(-1).max(-1)   # each [n_layers + 1, pos]
     """
     resid, labels = accumulated_resid(cache, batch, incl_mid)
     return _unembed(cache.model, resid), labels
+
+
+logit_lens = cache_logit_lens  # the first name (interp_gpt.inspect.logit_lens), kept for code that uses it
 
 
 @torch.no_grad()

@@ -22,22 +22,20 @@ import json
 import os
 from pathlib import Path
 
-from .convert import (
+from .checkpoints.convert import (
     config_from_hf,
     convert_hf_gpt2_state_dict,
     convert_to_hf_gpt2_state_dict,
     load_source,
 )
-from .files import atomic_path, write_atomic
-from .model import GPT
-from .processing import (
+from .checkpoints.processing import (
     center_unembed,
     center_writing_weights,
     fold_layer_norm,
     fold_value_biases,
     process_weights,
 )
-from .sources import (
+from .checkpoints.sources import (
     CONFIG_DIGEST_KEY,
     HUB_PRESETS,
     SHIPPED_DIR,
@@ -46,6 +44,8 @@ from .sources import (
     resolve_shipped,
     shipped_models,
 )
+from .files import atomic_path, write_atomic
+from .model.gpt import GPT
 
 __all__ = [
     "CheckpointError",
@@ -112,7 +112,7 @@ def save_hf_checkpoint(model: GPT, folder: str | os.PathLike) -> Path:
     }
     config_text = json.dumps(hf_config, indent=2)
     # A new file renamed over the old one, never the old file rewritten: a model loaded from
-    # it maps its pages (see _read_weights_file) and must keep the weights it was loaded with.
+    # it maps its pages (see read_weights_file) and must keep the weights it was loaded with.
     weights = folder / "model.safetensors"
     try:
         with atomic_path(weights) as tmp:

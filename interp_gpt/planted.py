@@ -11,7 +11,7 @@ from typing import cast
 import torch
 
 from .config import Config
-from .model import GPT, Attention, TransformerBlock
+from .model.gpt import GPT, Attention, TransformerBlock
 
 __all__ = ["planted_heads_model", "PLANTED_ALPHABET"]
 
@@ -49,7 +49,7 @@ def planted_heads_model(seed: int = 0) -> GPT:
         >>> int(scores["induction"].argmax())        # layer 1, head 0
         4
     """
-    from .tokenizer import char_tokenizer  # the tokenizers library loads only when asked for
+    from .tokenizer.bpe import char_tokenizer  # the tokenizers library loads only when asked for
 
     n_vocab, n_ctx = len(PLANTED_ALPHABET) + 1, 32
     cfg = Config(

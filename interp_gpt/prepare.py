@@ -35,7 +35,7 @@ import torch
 from torch import Tensor
 
 from .checks import check_token_ids, check_tokens, check_type
-from .model import GPT
+from .model.gpt import GPT
 
 __all__ = ["Prompts", "checked_model", "prompt_tokens", "prompts"]
 

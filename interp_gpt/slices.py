@@ -22,6 +22,8 @@ from torch import Tensor
 
 from .checks import check_int
 
+__all__ = ["SliceInput", "Slice", "is_slice_object", "slice_index", "take", "keep_axis"]
+
 # What a slice argument accepts (transformer-lens' SliceInput).
 SliceInput = Union[None, int, tuple, list, slice, Tensor, np.ndarray]
 

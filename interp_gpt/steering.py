@@ -28,6 +28,7 @@ import torch
 from torch import Tensor
 
 from .checks import check_float, check_index, check_int, check_int_in_range, check_str_list, check_type
+from .utils import hook_shape
 
 __all__ = ["Steering", "steer", "contrastive_vector", "sae_direction", "map_direction"]
 
@@ -65,20 +66,9 @@ class Steering:
 # ----------------------------------------------------------------------------
 def _site_shape(model: Any, hook: str) -> tuple[int, ...]:
     """The activation's shape at one position of `hook` (after [batch, pos]), from the config."""
-    cfg = model.cfg
-    last = hook.rsplit(".", 1)[-1]
-    per_head = re.fullmatch(r"blocks\.\d+\.(attn\.hook_result|hook_attn_in|hook_[qkv]_input)", hook)
-    split_ln1 = re.fullmatch(r"blocks\.\d+\.ln1\.hook_\w+", hook) and (cfg.use_split_qkv_input or cfg.use_attn_in)
-    if last in ("hook_q", "hook_k", "hook_v", "hook_z"):
-        return (cfg.n_heads, cfg.d_head)
-    if per_head:
-        return (cfg.n_heads, cfg.d_model)
-    if hook.endswith(("mlp.hook_pre", "mlp.hook_post")):
-        return (cfg.d_mlp,)
-    if hook == "unembed.hook_out":
-        return (cfg.d_vocab,)
-    width = 1 if last == "hook_scale" else cfg.d_model
-    return (cfg.n_heads, width) if split_ln1 else (width,)
+    shape = hook_shape(model.cfg, hook)
+    assert shape is not None, hook  # _check_hook refused the hooks with no vector per position
+    return shape
 
 
 def _check_hook(model: Any, hook: Any, caller: str, arg: str = "hook") -> str:
@@ -357,7 +347,7 @@ def sae_direction(model: Any, sae: Any, feature: int, resid: bool = True) -> tup
         >>> with steer(model, hook, v, coeff=5.0):
         ...     text = model.generate("The cat", max_new_tokens=4, do_sample=False)
     """
-    from .sae.splice import check_sae_fits
+    from .sae.saes.splice import check_sae_fits
 
     caller = "sae_direction"
     name = check_sae_fits(model, sae)

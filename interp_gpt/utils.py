@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib
 import os
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -15,6 +15,25 @@ from torch import Tensor
 from .checks import check_int, check_int_in_range
 from .factored import FactoredMatrix
 from .slices import Slice  # noqa: F401 (transformer-lens offers it as utils.Slice)
+
+if TYPE_CHECKING:
+    from .config import Config
+
+__all__ = [
+    "hook_shape",
+    "get_act_name",
+    "to_numpy",
+    "get_device",
+    "get_corner",
+    "lm_cross_entropy_loss",
+    "composition_scores",
+    "lm_accuracy",
+    "test_prompt",
+    "FactoredMatrix",
+    "Slice",
+    "check_int",
+    "check_int_in_range",
+]
 
 # Short names people type, mapped to the hook names they mean.
 _ACT_ALIASES = {
@@ -78,6 +97,32 @@ def get_act_name(name: str, layer: int | None = None, layer_type: str | None = N
     if name in _LN_ACTS and layer is None:
         full = f"ln_final.{full}"
     return full
+
+
+def hook_shape(cfg: Config, name: str) -> tuple[int, ...] | None:
+    """The shape of hook `name`'s activation at one position (what follows `[batch, pos]`), from the config
+    alone; None for the hooks that hold no vector per position (attention scores and pattern, token ids).
+    The one rule steering, SAE fitting, SAE training and the activation store read widths by.
+
+    Example:
+        >>> cfg = preset("gpt2")
+        >>> hook_shape(cfg, "blocks.3.attn.hook_z"), hook_shape(cfg, "blocks.3.mlp.hook_post")
+        ((12, 64), (3072,))
+    """
+    last = name.rsplit(".", 1)[-1]
+    if last in ("hook_attn_scores", "hook_pattern", "hook_tokens"):
+        return None
+    if last in ("hook_q", "hook_k", "hook_v", "hook_z"):
+        return (cfg.n_heads, cfg.d_head)
+    if re.fullmatch(r"blocks\.\d+\.(attn\.hook_result|hook_attn_in|hook_[qkv]_input)", name):
+        return (cfg.n_heads, cfg.d_model)  # opt-in: one copy of the input per head, or each head's output
+    if name.endswith(("mlp.hook_pre", "mlp.hook_post")):
+        return (cfg.d_mlp,)
+    if name == "unembed.hook_out":
+        return (cfg.d_vocab,)
+    width = 1 if last == "hook_scale" else cfg.d_model
+    per_head_ln1 = re.fullmatch(r"blocks\.\d+\.ln1\.hook_\w+", name) and (cfg.use_split_qkv_input or cfg.use_attn_in)
+    return (cfg.n_heads, width) if per_head_ln1 else (width,)
 
 
 def to_numpy(tensor: Any) -> np.ndarray:

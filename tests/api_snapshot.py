@@ -32,6 +32,18 @@ MODULES = [
     "interp_gpt.steering",
     "interp_gpt.tokenizer",
     "interp_gpt.utils",
+    # the house's folders (2026-11-28) and the old paths kept working beside them
+    "interp_gpt.activation_store",
+    "interp_gpt.attribution",
+    "interp_gpt.checkpoints",
+    "interp_gpt.circuits",
+    "interp_gpt.sae",
+    "interp_gpt.sae.data",
+    "interp_gpt.sae.features",
+    "interp_gpt.sae.saes",
+    "interp_gpt.sae.training",
+    "interp_gpt.sae.transcoders",
+    "interp_gpt.store",
 ]
 
 

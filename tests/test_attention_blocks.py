@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-import interp_gpt.attention_blocks as blocks
+import interp_gpt.model.attention_blocks as blocks
 
 N = 30
 
@@ -30,7 +30,7 @@ def run_both(monkeypatch, fn):
         calls.append(1)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr("interp_gpt.model.causal_attention_in_blocks", counting)
+    monkeypatch.setattr("interp_gpt.model.gpt.causal_attention_in_blocks", counting)
     monkeypatch.setattr(blocks, "BLOCK", 8)
     got = fn()
     n_blocked = len(calls)

@@ -17,11 +17,11 @@ import pytest
 import torch
 
 from interp_gpt import GPT, Config
+from interp_gpt.checkpoints.sources import CheckpointError
 from interp_gpt.cli import main
 from interp_gpt.sae import SAE, SAEConfig
 from interp_gpt.sae.features import feature_figures, feature_logits, feature_page, feature_report, format_feature
-from interp_gpt.sae.io import CFG_FILENAME
-from interp_gpt.sources import CheckpointError
+from interp_gpt.sae.saes.io import CFG_FILENAME
 
 TINY = dict(n_layers=2, d_model=64, n_heads=4, d_vocab=100, n_ctx=32)
 

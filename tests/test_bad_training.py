@@ -15,8 +15,9 @@ import torch.nn.functional as F
 
 from interp_gpt.cli import main as cli_main
 from interp_gpt.loading import from_pretrained
-from interp_gpt.sae import SAE, SAEConfig, train_command
+from interp_gpt.sae import SAE, SAEConfig
 from interp_gpt.sae.training import NonFiniteTrainingError, SAETrainer, SAETrainingConfig, evaluate_sae
+from interp_gpt.sae.training import sae_command as train_command
 
 HOOK = "blocks.0.hook_resid_pre"
 CORPUS = Path(__file__).resolve().parent.parent / "data" / "corpus" / "tinyshakespeare_input.txt"

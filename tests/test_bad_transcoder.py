@@ -13,8 +13,8 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from interp_gpt import GPT, Config
+from interp_gpt.checkpoints.sources import CheckpointError
 from interp_gpt.sae import Transcoder, TranscoderConfig, check_transcoder_fits, load_transcoders, save_transcoders
-from interp_gpt.sources import CheckpointError
 
 D_IN, D_SAE, D_OUT = 12, 40, 10
 

@@ -17,10 +17,10 @@ import torch
 from interp_gpt.cli import main as cli_main
 from interp_gpt.loading import from_pretrained
 from interp_gpt.sae import CLTConfig, CrossLayerTranscoder, Transcoder, TranscoderConfig, load_transcoders
-from interp_gpt.sae import train_transcoder_command as command
-from interp_gpt.sae.trainer import NonFiniteTrainingError, SAETrainingConfig
-from interp_gpt.sae.transcoder_evaluation import evaluate_transcoders
-from interp_gpt.sae.transcoder_trainer import TranscoderTrainer, TranscoderTrainingConfig
+from interp_gpt.sae.training import transcoder_command as command
+from interp_gpt.sae.training.sae_trainer import NonFiniteTrainingError, SAETrainingConfig
+from interp_gpt.sae.training.transcoder_trainer import TranscoderTrainer, TranscoderTrainingConfig
+from interp_gpt.sae.transcoders.evaluation import evaluate_transcoders
 
 CORPUS = Path(__file__).resolve().parent.parent / "data" / "corpus" / "tinyshakespeare_input.txt"
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from interp_gpt import cli
+from interp_gpt.cli import commands as cli
 from interp_gpt.cli import main
 from interp_gpt.inspect import head_scores
 from interp_gpt.loading import from_pretrained

@@ -11,8 +11,8 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
+from interp_gpt.checkpoints.sources import CheckpointError
 from interp_gpt.sae import CLTConfig, CrossLayerTranscoder, load_clt, load_transcoders, save_clt
-from interp_gpt.sources import CheckpointError
 
 N, D_IN, D_SAE, D_OUT = 3, 12, 20, 10
 HOOKS = {"hook_name": "ln2.hook_normalized", "hook_name_out": "hook_mlp_out"}

@@ -20,7 +20,7 @@ from torch import Tensor
 from interp_gpt import GPT
 from interp_gpt.sae import CLTConfig, CrossLayerTranscoder
 from interp_gpt.sae.training import shipped_clt
-from interp_gpt.sae.transcoder_processing import model_processing
+from interp_gpt.sae.transcoders.processing import model_processing
 
 LN2 = "blocks.{}.ln2.hook_normalized"
 OUT = "blocks.{}.hook_mlp_out"

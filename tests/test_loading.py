@@ -257,7 +257,7 @@ def test_processing_in_chunks_matches_transformer_lens(hf_checkpoint_dir, tl_pro
     """process_weights takes W_E by rows and W_U by columns (4,096 at once for GPT-2); with
     chunks of 7 and 64 the 100-token vocabulary is cut into uneven pieces, and center_unembed's
     mean over the whole vocabulary must still be the one transformer-lens takes."""
-    import interp_gpt.processing as processing
+    import interp_gpt.checkpoints.processing as processing
 
     monkeypatch.setattr(processing, "_PROCESS_CHUNK", chunk)
     ours = from_pretrained(hf_checkpoint_dir).state_dict()
@@ -604,20 +604,20 @@ def _mapped_file(t: torch.Tensor) -> str | None:
 def test_safetensors_weights_are_mapped_not_copied(hf_gpt2_factory, tmp_path, monkeypatch, chunk):
     """An unprocessed load from safetensors leaves the weights in the file's map, except the two
     it must copy: W_Q/W_K/W_V (c_attn split per head) and W_U (GPT-2's tied wte, transposed),
-    each read through a map of its own (_FileReader; chunks of 7 rows cut the 100-token
+    each read through a map of its own (FileReader; chunks of 7 rows cut the 100-token
     vocabulary unevenly). bench/run.py's load rows measure what this saves."""
-    import interp_gpt.sources as sources
+    import interp_gpt.checkpoints.sources as sources
 
     monkeypatch.setattr(sources, "_READ_CHUNK", chunk)
     asked: list[str] = []
     for method in ("get", "transposed"):
-        original = getattr(sources._FileReader, method)
+        original = getattr(sources.FileReader, method)
 
         def spy(self, key, _original=original):  # type: ignore[no-untyped-def]
             asked.append(key)
             return _original(self, key)
 
-        monkeypatch.setattr(sources._FileReader, method, spy)
+        monkeypatch.setattr(sources.FileReader, method, spy)
     hf = hf_gpt2_factory(seed=7)
     hf.save_pretrained(tmp_path)
     model = from_pretrained_no_processing(tmp_path, tokenizer=None)
@@ -730,8 +730,8 @@ def test_processing_in_pieces_equals_each_step_over_the_whole_model(hf_gpt2_fact
     """process_weights' pieces (a layer, rows of W_E, columns of W_U) give what the four step
     functions give run over the whole float64 model in turn; chunks of 7 and 64 cut the
     100-token vocabulary unevenly (center_unembed's mean spans every piece)."""
+    import interp_gpt.checkpoints.processing
     import interp_gpt.loading as loading
-    import interp_gpt.processing
 
     hf = hf_gpt2_factory(seed=10)
     cfg, sd, _ = loading.load_source(hf)
@@ -740,7 +740,7 @@ def test_processing_in_pieces_equals_each_step_over_the_whole_model(hf_gpt2_fact
     loading.center_writing_weights(whole, cfg)
     loading.center_unembed(whole)
     loading.fold_value_biases(whole, cfg)
-    monkeypatch.setattr(interp_gpt.processing, "_PROCESS_CHUNK", chunk)
+    monkeypatch.setattr(interp_gpt.checkpoints.processing, "_PROCESS_CHUNK", chunk)
     for inplace in (False, True):
         piecewise = loading.process_weights(
             {k: v.clone() for k, v in sd.items()}, dataclasses.replace(cfg), inplace=inplace
@@ -782,12 +782,12 @@ def test_a_file_replaced_during_the_load_is_refused(hf_gpt2_factory, tmp_path):
     replaced in between, mixing weights of two checkpoints must be refused, not done."""
     import os
 
-    from interp_gpt.sources import _FileReader
+    from interp_gpt.checkpoints.sources import FileReader
 
     hf_gpt2_factory(seed=16).save_pretrained(tmp_path / "a")
     hf_gpt2_factory(seed=17).save_pretrained(tmp_path / "b")
     path = tmp_path / "a" / "model.safetensors"
-    reader = _FileReader([path])
+    reader = FileReader([path])
     assert reader.get("h.0.attn.c_attn.weight") is not None
     os.replace(tmp_path / "b" / "model.safetensors", path)
     with pytest.raises(CheckpointError, match="changed while it was being loaded"):
@@ -800,7 +800,7 @@ def test_a_file_replaced_during_the_load_is_refused(hf_gpt2_factory, tmp_path):
 def test_the_loader_expects_the_shapes_model_py_declares(normalization_type):
     """convert.py lists every parameter's shape without importing the model (no import circle);
     the list must be the model's own, or a good checkpoint would be refused (or a bad one taken)."""
-    from interp_gpt.convert import _expected_shapes
+    from interp_gpt.checkpoints.convert import _expected_shapes
 
     cfg = Config(n_layers=3, d_model=48, n_heads=3, d_head=16, d_mlp=80, d_vocab=37, n_ctx=11)
     cfg.normalization_type = normalization_type

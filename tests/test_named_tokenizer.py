@@ -12,8 +12,8 @@ import pytest
 import torch
 
 from interp_gpt import GPT, Config
-from interp_gpt.named_tokenizer import tokenizer_by_name
 from interp_gpt.tokenizer import char_tokenizer, gpt2_tokenizer
+from interp_gpt.tokenizer.by_name import tokenizer_by_name
 
 SMALL = dict(n_layers=1, d_model=16, n_heads=2, n_ctx=32)
 

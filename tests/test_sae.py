@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 import torch
 
+from interp_gpt.checkpoints.sources import CheckpointError
 from interp_gpt.sae import SAE, SAEConfig
-from interp_gpt.sae.io import CFG_FILENAME, WEIGHTS_FILENAME
-from interp_gpt.sources import CheckpointError
+from interp_gpt.sae.saes.io import CFG_FILENAME, WEIGHTS_FILENAME
 
 try:
     import sae_lens

@@ -16,7 +16,7 @@ from conftest import TINY
 
 from interp_gpt import GPT, Config
 from interp_gpt.sae import SAE, SAEConfig
-from interp_gpt.sae.splice import SplicedHookPoint
+from interp_gpt.sae.saes.splice import SplicedHookPoint
 
 try:
     import sae_lens

@@ -1,4 +1,4 @@
-"""The splicing mechanism (interp_gpt.splicing) with a module that reads one hook and writes another.
+"""The splicing mechanism (interp_gpt.model.splicing) with a module that reads one hook and writes another.
 
 `TinyTranscoder` is a test-only module with the splicing protocol: it reads `blocks.0.ln2.hook_normalized`
 (or `blocks.0.hook_resid_mid`) and replaces `blocks.0.hook_mlp_out` with its prediction, as a per-layer
@@ -18,7 +18,7 @@ from torch import Tensor, nn
 
 from interp_gpt import GPT
 from interp_gpt.hooks import HookPoint
-from interp_gpt.splicing import SplicedHookPoint
+from interp_gpt.model.splicing import SplicedHookPoint
 
 LN2 = "blocks.0.ln2.hook_normalized"
 MID = "blocks.0.hook_resid_mid"

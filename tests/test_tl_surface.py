@@ -110,7 +110,7 @@ def test_from_pretrained_takes_dtype_names(name: str, expected: torch.dtype) -> 
 
 
 def test_dtype_names_cover_transformer_lens_3() -> None:
-    from interp_gpt.pretrained import _DTYPE_NAMES
+    from interp_gpt.model.pretrained import _DTYPE_NAMES
 
     try:
         from transformer_lens.HookedTransformer import DTYPE_FROM_STRING
@@ -126,7 +126,7 @@ def test_from_pretrained_refuses_other_dtypes_naming_dtype(bad: object) -> None:
 
 
 def test_hub_aliases_are_transformer_lens_names() -> None:
-    from interp_gpt.sources import hub_id
+    from interp_gpt.checkpoints.sources import hub_id
 
     assert hub_id("gpt2-small") == hub_id("GPT2-Small") == "gpt2"
     assert {hub_id(n) for n in ("distillgpt2", "distill-gpt2", "distil-gpt2", "gpt2-xs")} == {"distilgpt2"}
@@ -145,8 +145,8 @@ def test_hub_aliases_are_transformer_lens_names() -> None:
 
 
 def test_from_pretrained_resolves_an_alias_before_the_hub(monkeypatch: pytest.MonkeyPatch) -> None:
-    from interp_gpt import convert
-    from interp_gpt.sources import shipped_models
+    from interp_gpt.checkpoints import convert
+    from interp_gpt.checkpoints.sources import shipped_models
 
     asked: list[str] = []
 
@@ -154,7 +154,7 @@ def test_from_pretrained_resolves_an_alias_before_the_hub(monkeypatch: pytest.Mo
         asked.append(repo_id)
         return shipped_models()["tiny-gpt2"]
 
-    monkeypatch.setattr(convert, "_download", fake_download)
+    monkeypatch.setattr(convert, "download_checkpoint", fake_download)
     model = GPT.from_pretrained("gpt2-small", tokenizer=None)
     assert asked == ["gpt2"] and model.cfg.model_name == "gpt2"
 
@@ -162,7 +162,7 @@ def test_from_pretrained_resolves_an_alias_before_the_hub(monkeypatch: pytest.Mo
 def test_download_resolves_aliases(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     import huggingface_hub
 
-    from interp_gpt.sources import _download
+    from interp_gpt.checkpoints.sources import download_checkpoint
 
     asked: list[str] = []
     (tmp_path / "model.safetensors").write_bytes(b"")
@@ -172,7 +172,7 @@ def test_download_resolves_aliases(monkeypatch: pytest.MonkeyPatch, tmp_path: Pa
         return str(tmp_path)
 
     monkeypatch.setattr(huggingface_hub, "snapshot_download", fake_snapshot)
-    assert _download("distil-gpt2") == tmp_path and asked == ["distilgpt2"]
+    assert download_checkpoint("distil-gpt2") == tmp_path and asked == ["distilgpt2"]
 
 
 def test_decode_skip_special_tokens_as_hugging_face(gpt2_vocab_dir: Path) -> None:

@@ -16,9 +16,9 @@ import pytest
 import torch
 
 from interp_gpt import GPT, Config
+from interp_gpt.checkpoints.convert import config_from_transformer_lens
+from interp_gpt.checkpoints.sources import CheckpointError
 from interp_gpt.compare import transformer_lens_major
-from interp_gpt.convert import config_from_transformer_lens
-from interp_gpt.sources import CheckpointError
 
 TL_MAJOR = transformer_lens_major()
 needs_tl3 = pytest.mark.skipif(
@@ -317,7 +317,7 @@ def test_cache_decompositions_of_an_attention_only_shortformer_model_sum_to_the_
 
 
 def test_processing_refuses_or_skips_what_would_change_a_toy_model():
-    from interp_gpt.processing import center_writing_weights, fold_layer_norm, process_weights
+    from interp_gpt.checkpoints.processing import center_writing_weights, fold_layer_norm, process_weights
 
     for kw, match in [
         (dict(normalization_type=None), "normalization_type=None"),
@@ -350,7 +350,7 @@ def test_bad_toy_config_values_are_refused_by_name(kw, match):
 
 
 def test_a_toy_model_cannot_be_saved_in_or_read_as_hugging_faces_gpt2_layout():
-    from interp_gpt.convert import convert_to_hf_gpt2_state_dict
+    from interp_gpt.checkpoints.convert import convert_to_hf_gpt2_state_dict
 
     with pytest.raises(CheckpointError, match="attn_only=True"):
         convert_to_hf_gpt2_state_dict(toy(attn_only=True))
@@ -395,7 +395,7 @@ def test_direct_logit_attribution_and_attention_patching_work_on_arenas_toy_mode
 
 @pytest.mark.parametrize("attn_only, norm, pos, extra", CASES, ids=IDS)
 def test_the_loader_expects_the_shapes_model_py_declares_for_toy_models(attn_only, norm, pos, extra):
-    from interp_gpt.convert import _expected_shapes
+    from interp_gpt.checkpoints.convert import _expected_shapes
 
     model = GPT(Config(**SMALL, attn_only=attn_only, normalization_type=norm, positional_embedding_type=pos))
     assert _expected_shapes(model.cfg) == {k: tuple(p.shape) for k, p in model.named_parameters()}

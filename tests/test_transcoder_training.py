@@ -22,14 +22,14 @@ from interp_gpt.sae import (
     load_clt,
     load_transcoders,
 )
-from interp_gpt.sae.trainer import NonFiniteTrainingError
-from interp_gpt.sae.transcoder_evaluation import evaluate_transcoders
-from interp_gpt.sae.transcoder_trainer import (
+from interp_gpt.sae.training.sae_trainer import NonFiniteTrainingError
+from interp_gpt.sae.training.transcoder_trainer import (
     TranscoderTrainer,
     TranscoderTrainingConfig,
     _Heaviside,
     _JumpGate,
 )
+from interp_gpt.sae.transcoders.evaluation import evaluate_transcoders
 
 CORPUS = Path(__file__).resolve().parent.parent / "data" / "corpus" / "tinyshakespeare_input.txt"
 

@@ -21,7 +21,7 @@ from interp_gpt.sae.training import (
     split_corpus,
     token_windows,
 )
-from interp_gpt.sae.transcoder_evaluation import evaluate_transcoders
+from interp_gpt.sae.transcoders.evaluation import evaluate_transcoders
 
 CORPUS = Path(__file__).resolve().parent.parent / "data" / "corpus"
 KEYS = ("explained_variance", "mse", "l0", "dead_fraction", "ce_clean", "ce_spliced", "ce_zero_ablation",

@@ -20,10 +20,10 @@ from typing import Any
 
 from torch import Tensor
 
-from ..model import GPT
+from ..model.gpt import GPT
 from ..prepare import checked_model, prompt_tokens
-from ..sae.clt import CrossLayerTranscoder
-from ..sae.transcoder import Transcoder, check_transcoder_fits
+from ..sae.transcoders.clt import CrossLayerTranscoder
+from ..sae.transcoders.model import Transcoder, check_transcoder_fits
 from .replacement import Readers
 
 __all__: list[str] = []

@@ -43,8 +43,8 @@ from torch import Tensor
 from tqdm.auto import tqdm  # type: ignore[import-untyped]
 
 from ..checks import check_int_in_range
-from ..sae.clt import CrossLayerTranscoder
-from ..sae.transcoder import Transcoder
+from ..sae.transcoders.clt import CrossLayerTranscoder
+from ..sae.transcoders.model import Transcoder
 from ._inputs import prepare
 from .graph import AttributionGraph
 from .replacement import ForwardPass, Readers, run_forward

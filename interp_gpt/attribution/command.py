@@ -103,10 +103,10 @@ def _check(args: argparse.Namespace) -> None:
 def load_transcoders_arg(path: str, model: Any) -> tuple[Any, str]:
     """(--transcoders' set, fitted to `model`, its name for the graph's `scan`); errors name the value."""
     from ..checks import BAD_INPUT, error_line
-    from ..sae.clt import CLT_EXT_KIND, CLT_KIND, load_clt
-    from ..sae.data import SHIPPED_CLT_DIR, SHIPPED_TRANSCODERS_DIR
-    from ..sae.transcoder import load_transcoders
-    from ..sae.transcoder_io import CT_CONFIG_FILENAME
+    from ..sae.training.data import SHIPPED_CLT_DIR, SHIPPED_TRANSCODERS_DIR
+    from ..sae.transcoders.clt import CLT_EXT_KIND, CLT_KIND, load_clt
+    from ..sae.transcoders.io import CT_CONFIG_FILENAME
+    from ..sae.transcoders.model import load_transcoders
     from ._inputs import check_transcoders
 
     folder = {"shipped": SHIPPED_TRANSCODERS_DIR, "shipped-clt": SHIPPED_CLT_DIR}.get(path, Path(path).expanduser())
@@ -129,7 +129,7 @@ def _contexts(model: Any, path: str | None, max_windows: int) -> Any:
     """Token windows of --contexts-from (a folder: its validation tail), or None."""
     if path is None:
         return None
-    from ..sae.data import held_out_texts, token_windows
+    from ..sae.training.data import held_out_texts, token_windows
 
     texts = held_out_texts(path, "--contexts-from")
     try:

@@ -62,8 +62,8 @@ import torch
 from torch import Tensor
 
 from ..checks import check_index
-from ..sae.clt import CrossLayerTranscoder
-from ..sae.transcoder import Transcoder
+from ..sae.transcoders.clt import CrossLayerTranscoder
+from ..sae.transcoders.model import Transcoder
 from ._inputs import prepare
 from .graph import AttributionGraph
 from .replacement import Readers, freezing_hooks

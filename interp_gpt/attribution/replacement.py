@@ -23,8 +23,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ..sae.clt import CrossLayerTranscoder
-from ..sae.transcoder import Transcoder, activate
+from ..sae.transcoders.clt import CrossLayerTranscoder
+from ..sae.transcoders.model import Transcoder, activate
 
 __all__: list[str] = []
 

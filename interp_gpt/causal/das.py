@@ -42,7 +42,7 @@ from .interchange import (
 )
 
 if TYPE_CHECKING:
-    from ..model import GPT
+    from ..model.gpt import GPT
 
 __all__ = ["DASResult", "fit_das"]
 

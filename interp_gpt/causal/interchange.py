@@ -29,7 +29,7 @@ from ..checks import callable_name, check_int_in_range, check_tokens, check_type
 from .bases import check_basis, random_basis
 
 if TYPE_CHECKING:
-    from ..model import GPT
+    from ..model.gpt import GPT
 
 __all__ = ["collect_activations", "interchange", "norm_matched_placebo"]
 
@@ -41,7 +41,7 @@ Intervention = Callable[[Tensor, Tensor], Tensor]
 
 def check_gpt(model: Any, caller: str) -> GPT:
     """`model` itself if it is our GPT (the checks below and the hooks need its config and hook points)."""
-    from ..model import GPT  # at call time: the model module sits below this package
+    from ..model.gpt import GPT  # at call time: the model module sits below this package
 
     return check_type(model, GPT, "model", "a GPT (interp_gpt's model)", caller)
 

@@ -24,10 +24,12 @@ import torch
 from torch import Tensor
 
 from ..checks import check_int_in_range, check_shape
-from ..model import GPT
+from ..model.gpt import GPT
 from ..prepare import Prompts, checked_model, prompts
 from ._run import BaseRun, SenderValues, base_run
 from .graph import Graph
+
+__all__ = ["ABLATIONS", "circuit_model", "check_rows_align", "prepare", "edge_sets_of", "check_z_cache"]
 
 ABLATIONS = ("zero", "mean", "resample")
 

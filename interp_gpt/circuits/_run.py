@@ -24,9 +24,28 @@ from tqdm.auto import tqdm  # type: ignore[import-untyped]
 from ..checks import check_index, check_int_in_range
 from ..config import Config
 from ..hooks import HookPoint
-from ..model import GPT
+from ..model.gpt import GPT
 from ..patching.generic import DEFAULT_ROWS_PER_FORWARD, metric_value, user_hooked_points, warn_unbatched
 from .graph import QKV, Graph
+
+__all__ = [
+    "PAIR_FLOATS",
+    "input_hook_names",
+    "sender_hook_names",
+    "sender_outputs",
+    "BaseRun",
+    "base_run",
+    "flags",
+    "attached",
+    "receiver_hook",
+    "SenderValues",
+    "Metric",
+    "patched_logits",
+    "LogitsWithBase",
+    "chunks",
+    "check_positions",
+    "run_edge_sets",
+]
 
 # Floats (over all copies) the per-(copy, sender) differences of one batched forward may hold:
 # 2**26 floats = 256 MB in float32.

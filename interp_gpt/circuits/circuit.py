@@ -25,7 +25,7 @@ from torch import Tensor
 from tqdm.auto import tqdm  # type: ignore[import-untyped]
 
 from ..checks import check_float, check_int_in_range, check_type
-from ..model import GPT
+from ..model.gpt import GPT
 from ._inputs import circuit_model, prepare
 from ._run import Metric, run_edge_sets
 from .graph import Graph

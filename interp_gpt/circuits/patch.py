@@ -23,7 +23,7 @@ import torch
 from torch import Tensor
 
 from ..checks import check_callable, check_int_in_range
-from ..model import GPT
+from ..model.gpt import GPT
 from ..prepare import prompts
 from ._inputs import ABLATIONS, check_z_cache, circuit_model, edge_sets_of, prepare
 from ._run import Metric, SenderValues, base_run, run_edge_sets

@@ -19,7 +19,7 @@ from torch import Tensor
 from tqdm.auto import tqdm  # type: ignore[import-untyped]
 
 from ..checks import check_callable, check_int_in_range, gradient_reached, zero_gradient_error
-from ..model import GPT
+from ..model.gpt import GPT
 from ..patching.generic import metric_value, user_hooked_points
 from ..patching.generic import warn_unbatched as _warn_unbatched
 from ._inputs import edge_sets_of, prepare

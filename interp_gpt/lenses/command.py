@@ -19,7 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ..cli_common import add_data_argument, table
+from ..cli.common import add_data_argument, table
 
 __all__ = ["HELP", "DESCRIPTION", "EXAMPLES", "add_arguments", "run", "tuned_lens_logits", "load_for_lens"]
 
@@ -93,7 +93,7 @@ def run(args: argparse.Namespace, load: Callable[[str], Any]) -> int:
 
     from ..checks import check_int_in_range, check_text_files
     from ..files import write_atomic
-    from ..sae.data import split_corpus
+    from ..sae.training.data import split_corpus
     from .train import fit_tuned_lens, lens_kl, lens_windows
     from .tuned import TunedLens
 

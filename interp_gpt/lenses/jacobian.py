@@ -44,8 +44,8 @@ from jaxtyping import Float
 from torch import Tensor
 
 from ..checks import check_int, check_int_in_range, check_token_ids, check_type
-from ..generation import KVCache
-from ..model import GPT
+from ..model.generation import KVCache
+from ..model.gpt import GPT
 from ..prepare import checked_model
 from .logit import readout
 

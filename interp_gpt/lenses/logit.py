@@ -10,7 +10,7 @@ vector) and unembedding: "what would the model predict if it stopped here?". The
    (`"0_pre"`, `"0_mid"`, ..., `"final_post"`), at the chosen `positions`;
 3. `ln_final` then `W_U`, `b_U` on every vector (`readout`).
 
-The last entry equals the model's own logits. `interp_gpt.inspect.logit_lens(cache)` reads one
+The last entry equals the model's own logits. `interp_gpt.inspect.cache_logit_lens(cache)` reads one
 prompt of a cache you already have; this one runs the model and reads a batch.
 """
 
@@ -24,7 +24,7 @@ from jaxtyping import Float
 from torch import Tensor
 
 from ..checks import check_int_in_range, check_tokens, check_type
-from ..model import GPT
+from ..model.gpt import GPT
 from ..slices import Slice, SliceInput, slice_index
 
 __all__ = ["LogitLensResult", "logit_lens", "readout"]

@@ -33,7 +33,7 @@ from tqdm.auto import tqdm  # type: ignore[import-untyped]
 
 from ..checks import check_float, check_int_in_range, check_text_files, check_token_ids, check_type
 from ..files import atomic_path
-from ..model import GPT
+from ..model.gpt import GPT
 from .tuned import TunedLens
 
 __all__ = ["fit_tuned_lens", "lens_kl", "lens_windows"]

@@ -42,7 +42,7 @@ from torch import Tensor, nn
 from ..cache import ActivationCache
 from ..checks import cached_activation, check_index, check_int, check_type
 from ..files import atomic_path
-from ..model import GPT, LayerNorm
+from ..model.gpt import GPT, LayerNorm
 
 __all__ = ["TunedLens", "unembed_hash", "lens_processing", "PROCESSING_KEY"]
 

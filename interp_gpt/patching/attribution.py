@@ -17,7 +17,7 @@ from torch import Tensor
 
 from ..cache import ActivationCache
 from ..checks import check_callable, check_gradient_reached, check_shape
-from ..model import GPT
+from ..model.gpt import GPT
 from ..utils import get_act_name
 from .generic import PatchingMetric, as_tokens, check_model, generic_activation_patch, metric_value
 from .setters import COVERED_AXES, layer_pos_patch_setter

@@ -42,7 +42,7 @@ from tqdm.auto import tqdm  # type: ignore[import-untyped]
 from ..cache import ActivationCache
 from ..checks import check_callable, check_int_in_range, check_tokens, check_type
 from ..hooks import HookPoint
-from ..model import GPT
+from ..model.gpt import GPT
 from ..utils import get_act_name
 from .setters import PatchSetter, first_changed_pos
 

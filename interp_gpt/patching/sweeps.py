@@ -12,7 +12,7 @@ from jaxtyping import Int
 from torch import Tensor
 
 from ..cache import ActivationCache
-from ..model import GPT
+from ..model.gpt import GPT
 from .generic import AxisNames, PatchingMetric, generic_activation_patch
 from .setters import (
     PatchSetter,

@@ -27,7 +27,7 @@ are numbers on the axes, labelled with the tokens, so a repeated token keeps its
 
 The modules, by job: `attention.py` (the attention figures), `layers.py` (numbers per
 layer: head scores, patching results, the residual stream), `page.py` (`save_html`), and
-`_shared.py` (colours, token labels, axes and heatmap panels every figure uses).
+`common.py` (colours, token labels, axes and heatmap panels every figure uses).
 
 Example:
     >>> from interp_gpt import plots
@@ -39,12 +39,12 @@ Example:
 
 from __future__ import annotations
 
-from ._shared import ATTENTION_COLORS as ATTENTION_COLORS
-from ._shared import DIVERGING_COLORS as DIVERGING_COLORS
-from ._shared import SCORE_COLORS as SCORE_COLORS
-from ._shared import token_labels
 from .attention import attention_grid, attention_heatmap, attention_viewer
 from .circuits import circuit_graph, circuit_page, faithfulness_plot
+from .common import ATTENTION_COLORS as ATTENTION_COLORS
+from .common import DIVERGING_COLORS as DIVERGING_COLORS
+from .common import SCORE_COLORS as SCORE_COLORS
+from .common import token_labels
 from .layers import (
     accumulated_resid_plot,
     answer_lens_plot,

@@ -19,7 +19,7 @@ from torch import Tensor
 from ..cache import ActivationCache
 from ..checks import cached_activation, check_index, check_int, check_int_in_range, check_rank
 from ..inspect import stack_patterns
-from ._shared import ATTENTION_COLORS, as_array, axis_labels, token_axis
+from .common import ATTENTION_COLORS, as_array, axis_labels, token_axis
 
 __all__ = ["attention_heatmap", "attention_grid", "attention_viewer"]
 

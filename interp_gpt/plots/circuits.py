@@ -18,7 +18,7 @@ from plotly.subplots import make_subplots
 from ..checks import check_type
 from ..circuits.circuit import Circuit, FaithfulnessCurve
 from ..circuits.graph import Graph
-from ._shared import markup_safe
+from .common import markup_safe
 
 __all__ = ["circuit_graph", "faithfulness_plot", "circuit_page", "EDGE_COLORS"]
 

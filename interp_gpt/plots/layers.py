@@ -17,8 +17,8 @@ from torch import Tensor
 
 from ..cache import ActivationCache
 from ..checks import check_answer_tokens
-from ..inspect import accumulated_logit_diff, answer_lens, direct_logit_attribution, logit_lens, resid_norms
-from ._shared import (
+from ..inspect import accumulated_logit_diff, answer_lens, cache_logit_lens, direct_logit_attribution, resid_norms
+from .common import (
     ATTENTION_COLORS,
     SCORE_COLORS,
     as_array,
@@ -176,7 +176,7 @@ def logit_lens_heatmap(
         ...                          lens=TunedLens.from_model(model))   # a trained lens: fit_tuned_lens
     """
     caller = "logit_lens_heatmap"
-    logits, layer_labels = logit_lens(cache, batch, incl_mid)
+    logits, layer_labels = cache_logit_lens(cache, batch, incl_mid)
     name = "Logit lens"
     if lens is not None:
         logits, name = _through_lens(cache, lens, batch, incl_mid, logits, caller), "Tuned lens"

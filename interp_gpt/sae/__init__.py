@@ -21,13 +21,13 @@ imports nothing from this package. An `SAE` follows that module's protocol (`spl
 `splice_forward`), and so must anything else spliced in (a transcoder).
 """
 
-from .clt import CLTConfig, CrossLayerTranscoder, load_clt, save_clt
-from .config import SAEConfig, SAEMetadata
-from .core import SAE
-from .io import KNOWN_RELEASES
-from .transcoder import Transcoder, check_transcoder_fits, load_transcoders, save_transcoders
-from .transcoder_config import TranscoderConfig
-from .transcoder_processing import model_processing
+from .saes.config import SAEConfig, SAEMetadata
+from .saes.core import SAE
+from .saes.io import KNOWN_RELEASES
+from .transcoders.clt import CLTConfig, CrossLayerTranscoder, load_clt, save_clt
+from .transcoders.config import TranscoderConfig
+from .transcoders.model import Transcoder, check_transcoder_fits, load_transcoders, save_transcoders
+from .transcoders.processing import model_processing
 
 __all__ = [
     "SAE",

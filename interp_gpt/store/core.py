@@ -14,6 +14,7 @@ returns when it stops at layer 3; sae-lens runs one block more). Each hook's act
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Generator, Iterator
 from typing import Any
@@ -23,6 +24,7 @@ from torch import Tensor
 from tqdm.auto import tqdm  # type: ignore[import-untyped]
 
 from ..checks import check_int_in_range
+from ..utils import hook_shape
 from .buffer import MixingBuffer
 from .text import TokenWindows
 
@@ -191,8 +193,8 @@ class ActivationStore:
             return {name: acts[name].reshape(n, -1).to(device=self.device, dtype=self.dtype) for name in self.hooks}
 
     def _widths(self) -> dict[str, int]:
-        probe = torch.full((1, 2), int(self.model.tokenizer.bos_token_id), dtype=torch.long)
-        return {name: int(t.shape[1]) for name, t in self.activations(probe).items()}
+        # the hooks were checked to hold one vector per token: a shape, never None
+        return {name: math.prod(hook_shape(self.cfg, name) or ()) for name in self.hooks}
 
     def window_batches(self) -> Generator[tuple[Tensor, Tensor], None, None]:
         """`(window_ids, tokens)`: this rank's windows (global indices `rank, rank + world_size, ...`)

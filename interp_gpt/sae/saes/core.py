@@ -1,0 +1,273 @@
+"""`SAE`: a sparse autoencoder with SAELens' parameter names, architectures and numerics.
+
+    encode:  f = act(( x - b_dec * apply_b_dec_to_input ) @ W_enc + b_enc)     # [..., d_sae]
+    decode:  x_hat = f @ W_dec + b_dec                                          # [..., d_in]
+
+with act = ReLU ("standard"), ReLU of the k largest pre-activations ("topk"), or
+ReLU(h) * (h > threshold) ("jumprelu"). Each step passes through a hook point with sae-lens'
+name: `hook_sae_input`, `hook_sae_acts_pre`, `hook_sae_acts_post`, `hook_sae_recons`,
+`hook_sae_output` (and `hook_sae_error` when spliced with the error term). `splice_hooks` and
+`splice_forward` are what the splicing mechanism (interp_gpt.splicing) asks of a module it splices in.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import torch
+from jaxtyping import Float
+from torch import Tensor, nn
+
+from ...hooks import HookPoint
+from .config import SAEConfig, dtype_name, parse_dtype
+from .fit import fit_hook
+from .io import expected_shapes, find_release, read_sae_folder, write_sae_folder
+
+__all__ = ["SAE"]
+
+_HOOK_NAMES = (
+    "hook_sae_input",
+    "hook_sae_acts_pre",
+    "hook_sae_acts_post",
+    "hook_sae_output",
+    "hook_sae_recons",
+    "hook_sae_error",
+)
+
+
+class SAE(nn.Module):
+    """A sparse autoencoder as sae-lens 6 builds it (StandardSAE / TopKSAE / JumpReLUSAE in one class).
+
+    Example:
+        >>> sae = SAE(SAEConfig(d_in=64, d_sae=512, metadata={"hook_name": "blocks.1.hook_resid_pre"}))
+        >>> feats = sae.encode(torch.randn(2, 5, 64))      # [2, 5, 512]
+        >>> sae.decode(feats).shape
+        torch.Size([2, 5, 64])
+        >>> paths = sae.save_model("my-sae")               # cfg.json + sae_weights.safetensors
+        >>> sae = SAE.from_pretrained("my-sae")
+    """
+
+    def __init__(self, cfg: SAEConfig | dict[str, Any]):
+        super().__init__()
+        if isinstance(cfg, dict):
+            cfg = SAEConfig.from_dict(cfg)
+        if not isinstance(cfg, SAEConfig):
+            raise TypeError(f"cfg: expected an SAEConfig (or its dict), got {type(cfg).__name__}")
+        if cfg.normalize_activations == "covariance_whitening":
+            raise NotImplementedError(
+                "normalize_activations='covariance_whitening' is not supported: fold the whitening into the "
+                "weights (sae-lens' SAE.fold_activation_whitening) and save with normalize_activations='none'"
+            )
+        self.cfg = cfg
+        dtype, device = cfg.torch_dtype, torch.device(cfg.device)
+        shapes = expected_shapes(cfg)
+        for name, shape in shapes.items():
+            self.register_parameter(name, nn.Parameter(torch.zeros(shape, dtype=dtype, device=device)))
+        if device.type != "meta":
+            self.init_weights()
+        self.hook_sae_input = HookPoint()  # [..., d_in]
+        self.hook_sae_acts_pre = HookPoint()  # [..., d_sae]
+        self.hook_sae_acts_post = HookPoint()  # [..., d_sae]
+        self.hook_sae_output = HookPoint()  # [..., d_in]
+        self.hook_sae_recons = HookPoint()  # [..., d_in]
+        self.hook_sae_error = HookPoint()  # [..., d_in], only spliced with use_error_term=True
+        for name in _HOOK_NAMES:
+            getattr(self, name).name = name
+        self._last_state: dict[str, Any] = {}
+
+    W_enc: nn.Parameter  # [d_in, d_sae]
+    W_dec: nn.Parameter  # [d_sae, d_in]
+    b_enc: nn.Parameter  # [d_sae]
+    b_dec: nn.Parameter  # [d_in]
+
+    @torch.no_grad()
+    def init_weights(self, seed: int | None = None) -> None:
+        """sae-lens' inference initialisation: W_dec Kaiming-uniform, W_enc = W_dec.T, biases (and threshold) 0."""
+        gen = torch.Generator(device=self.W_dec.device).manual_seed(seed) if seed is not None else None
+        bound = math.sqrt(6.0 / self.cfg.d_in)  # kaiming_uniform_ with its defaults (fan_in = d_in)
+        w = torch.rand(self.W_dec.shape, generator=gen, device=self.W_dec.device, dtype=torch.float32)
+        self.W_dec.copy_((w * 2 - 1) * bound)
+        self.W_enc.copy_(self.W_dec.T)
+        for name in ("b_enc", "b_dec", "threshold"):
+            if hasattr(self, name):
+                getattr(self, name).zero_()
+
+    # ----- the two halves ------------------------------------------------------
+    @property
+    def dtype(self) -> torch.dtype:
+        """The dtype of its weights."""
+        return self.W_enc.dtype
+
+    @property
+    def device(self) -> torch.device:
+        """The device its weights are on."""
+        return self.W_enc.device
+
+    @property
+    def hook_names(self) -> tuple[str, ...]:
+        """The names of the SAE's own hook points (spliced, each is prefixed with the model's hook name)."""
+        return _HOOK_NAMES
+
+    def _encode(self, x: Tensor, hooked: bool = True) -> tuple[Tensor, dict[str, Any]]:
+        """Feature activations and what decode needs to undo the input's normalisation / reshape.
+        `hooked=False` runs past the hook points (the clean pass of the error term)."""
+        hp = _hooks_of(self) if hooked else _NO_HOOKS
+        state: dict[str, Any] = {}
+        x = x.to(self.dtype)
+        if self.cfg.reshape_activations == "hook_z":
+            state["d_head"] = x.shape[-1]
+            x = x.flatten(-2)  # [..., n_heads, d_head] -> [..., n_heads * d_head]
+        x = hp["hook_sae_input"](x)
+        norm = self.cfg.normalize_activations
+        if norm == "constant_norm_rescale":
+            state["coeff"] = (self.cfg.d_in**0.5) / x.norm(dim=-1, keepdim=True)
+            x = x * state["coeff"]
+        elif norm == "layer_norm":
+            state["mu"] = x.mean(dim=-1, keepdim=True)
+            x = x - state["mu"]
+            state["std"] = x.std(dim=-1, keepdim=True)
+            x = x / (state["std"] + 1e-5)
+        # "expected_average_only_in": identity here, as in sae-lens' inference SAE (its factor is
+        # folded into the weights when a release is loaded, or the file says "none").
+        sae_in = x - self.b_dec * self.cfg.apply_b_dec_to_input
+        hidden_pre = hp["hook_sae_acts_pre"](sae_in @ self.W_enc + self.b_enc)
+        arch = self.cfg.architecture
+        if arch == "standard":
+            acts = torch.relu(hidden_pre)
+        elif arch == "jumprelu":
+            acts = torch.relu(hidden_pre) * (hidden_pre > self.threshold).to(hidden_pre.dtype)
+        else:  # topk: the k largest (after an optional decoder-norm rescale), ReLU'd, the rest 0
+            if self.cfg.rescale_acts_by_decoder_norm:
+                hidden_pre = hidden_pre * self.W_dec.norm(dim=-1)
+            assert self.cfg.k is not None
+            values, indices = torch.topk(hidden_pre, k=self.cfg.k, dim=-1, sorted=False)
+            acts = torch.zeros_like(hidden_pre).scatter_(-1, indices, values.relu())
+        return hp["hook_sae_acts_post"](acts), state
+
+    def _decode(self, feature_acts: Tensor, state: dict[str, Any], hooked: bool = True) -> Tensor:
+        if self.cfg.architecture == "topk" and self.cfg.rescale_acts_by_decoder_norm:
+            feature_acts = feature_acts * (1 / self.W_dec.norm(dim=-1))
+        out = feature_acts @ self.W_dec + self.b_dec
+        if hooked:
+            out = self.hook_sae_recons(out)
+        if "coeff" in state:
+            out = out / state["coeff"]
+        elif "mu" in state:
+            out = out * state["std"] + state["mu"]
+        if "d_head" in state:
+            out = out.unflatten(-1, (-1, state["d_head"]))
+        return out
+
+    def encode(self, x: Float[Tensor, "... d_in"]) -> Float[Tensor, "... d_sae"]:
+        """Feature activations of `x` (cast to the SAE's dtype). Example: `sae.encode(resid)[..., 42]`."""
+        acts, self._last_state = self._encode(x)
+        return acts
+
+    def decode(self, feature_acts: Float[Tensor, "... d_sae"]) -> Float[Tensor, "... d_in"]:
+        """The reconstruction of feature activations. Example: `sae.decode(sae.encode(x))`.
+        (With a normalisation or the hook_z reshape it undoes those of the last `encode`, as sae-lens.)"""
+        state, self._last_state = self._last_state, {}
+        return self._decode(feature_acts, state)
+
+    def forward(self, x: Float[Tensor, "... d_in"]) -> Float[Tensor, "... d_in"]:
+        """decode(encode(x)) through `hook_sae_output` (the error term is the splice's job: see
+        `model.add_sae(sae, use_error_term=True)`). Example: `x_hat = sae(x)`."""
+        acts, state = self._encode(x)
+        return self.hook_sae_output(self._decode(acts, state))
+
+    # ----- splicing (the protocol of interp_gpt.splicing) -------------------------
+    def splice_hooks(self, model: Any, arg: str = "sae") -> tuple[str, str]:
+        """(read, write): the SAE reads and replaces `cfg.metadata.hook_name`, once it fits `model`
+        (refused by name otherwise: see `check_sae_fits`)."""
+        name = fit_hook(model, self, arg)
+        return name, name
+
+    def splice_forward(self, x: Tensor, hooked: bool = True) -> Tensor:
+        """decode(encode(x)), not through `hook_sae_output` (the splice runs that, after the error term);
+        `hooked=False` past every hook point: the clean pass of the error term."""
+        return self._decode(*self._encode(x, hooked=hooked), hooked=hooked)
+
+    # ----- the hook points --------------------------------------------------------
+    def _hook_points(self) -> dict[str, HookPoint]:
+        return {name: getattr(self, name) for name in _HOOK_NAMES}
+
+    def reset_hooks(self, including_permanent: bool = False) -> None:
+        """Remove the functions attached to the SAE's own hook points."""
+        for hp in self._hook_points().values():
+            hp.remove_hooks("both", including_permanent=including_permanent)
+
+    # ----- loading and saving ---------------------------------------------------------
+    @classmethod
+    def from_pretrained(
+        cls,
+        release: str | Path,
+        sae_id: str | None = None,
+        device: str | torch.device = "cpu",
+        dtype: str | torch.dtype | None = None,
+    ) -> SAE:
+        """Load an SAE saved in sae-lens' format: a folder with cfg.json and sae_weights.safetensors
+        (`release` the folder, or a folder and `sae_id` a subfolder), or a release in the local
+        Hugging Face cache (`release` a repo id "owner/name" or a known sae-lens release name, `sae_id`
+        the SAE's folder in it). Offline: nothing is downloaded.
+
+        Example:
+            >>> sae = SAE.from_pretrained("tiny-gpt2-res")      # the shipped SAE; or a folder
+
+        GPT-2 small's, once in the Hugging Face cache: `SAE.from_pretrained("gpt2-small-res-jb",
+        "blocks.8.hook_resid_pre")`.
+        """
+        if not isinstance(release, (str, Path)):
+            raise TypeError(f"release: expected a folder or a release id (str), got {type(release).__name__}")
+        if sae_id is not None and not isinstance(sae_id, str):
+            raise TypeError(f"sae_id: expected a str (the SAE's folder in the release), got {type(sae_id).__name__}")
+        folder = Path(release).expanduser()
+        if folder.is_dir():
+            folder = folder / sae_id if sae_id else folder
+        else:
+            folder = find_release(str(release), sae_id)
+        cfg, state = read_sae_folder(folder, device=device)
+        if dtype is not None:
+            torch_dtype = parse_dtype(dtype)
+            cfg.dtype = dtype_name(torch_dtype)
+            state = {k: v.to(torch_dtype) for k, v in state.items()}
+        cfg.device = "meta"  # build without allocating, then take the loaded tensors
+        sae = cls(cfg)
+        sae.load_state_dict(state, strict=True, assign=True)
+        cfg.device = str(device)
+        return sae
+
+    load_from_disk = from_pretrained  # sae-lens' name for a local folder
+
+    def save_model(self, path: str | Path) -> tuple[Path, Path]:
+        """Write `cfg.json` and `sae_weights.safetensors` into the folder `path` (sae-lens' name and
+        format; it loads with sae-lens' `SAE.load_from_disk`). Each file is written whole or not at all.
+        Returns (weights path, cfg path), as sae-lens does.
+
+        Example:
+            >>> sae.save_model("saes/resid1")
+        """
+        if not isinstance(path, (str, Path)):
+            raise TypeError(f"path: expected a folder path, got {type(path).__name__}")
+        self.cfg.dtype = dtype_name(self.dtype)
+        self.cfg.device = str(self.device)
+        state = {k: v for k, v in self.state_dict().items() if k in expected_shapes(self.cfg)}
+        return write_sae_folder(Path(path), self.cfg, state)
+
+    def extra_repr(self) -> str:
+        """Its shape and hook, in `repr`."""
+        c = self.cfg
+        extra = f", k={c.k}" if c.architecture == "topk" else ""
+        return f"{c.architecture}, d_in={c.d_in}, d_sae={c.d_sae}{extra}, hook_name={c.hook_name!r}"
+
+
+def _identity(x: Tensor) -> Tensor:
+    return x
+
+
+_NO_HOOKS: dict[str, Any] = dict.fromkeys(_HOOK_NAMES, _identity)
+
+
+def _hooks_of(sae: SAE) -> dict[str, Any]:
+    return {name: getattr(sae, name) for name in _HOOK_NAMES}

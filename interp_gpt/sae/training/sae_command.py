@@ -1,0 +1,245 @@
+"""Training sparse autoencoders: `SAETrainer`, the evaluation metrics, and the command line.
+
+    python -m interp_gpt.sae.training --model tiny-gpt2 --hook blocks.1.hook_resid_pre \\
+        --architecture topk --d-sae 1024 --k 32 --n-tokens 4000000 --out saes/resid1
+
+The `train-sae` command (this module holds its options, `interp-gpt train-sae` and
+`python -m interp_gpt.sae.training` run it): split the corpus, train, save the SAE and metrics.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from ...checks import BAD_INPUT, check_float, check_int_in_range, check_text_files, error_line
+from ...cli.common import add_data_argument
+from ...files import write_atomic
+from ...utils import hook_shape
+from ..saes.config import SAEConfig, SAEMetadata
+from ..saes.core import SAE
+from ..saes.evaluation import evaluate_sae
+from .data import activation_batches, split_corpus, token_windows
+from .sae_trainer import NonFiniteTrainingError, SAETrainer, SAETrainingConfig
+
+__all__ = ["add_arguments", "run", "run_command", "main"]
+
+
+def add_run_arguments(p: argparse.ArgumentParser) -> None:
+    """The optimisation and run options train-sae and train-transcoder share (checked by `check_sae_args`)."""
+    p.add_argument("--lr", type=float, default=4e-4, help="Adam's learning rate")
+    p.add_argument("--lr-warm-up-steps", type=int, default=0, help="steps of linear warm-up from 0")
+    p.add_argument("--lr-decay-steps", type=int, default=0, help="final steps of linear decay to 0")
+    p.add_argument("--batch-size", type=int, default=4096, help="rows (tokens) per step")
+    p.add_argument("--context-size", type=int, default=128, help="tokens per window (BOS first)")
+    p.add_argument("--n-tokens", type=int, default=4_000_000, help="training tokens (steps x batch size)")
+    p.add_argument("--val-windows", type=int, default=0, help="validation windows for the metrics (0: all)")
+    p.add_argument("--log-every", type=int, default=100, help="steps between log lines (and NaN checks)")
+    p.add_argument("--seed", type=int, default=0, help="seeds the weights and the data order")
+    p.add_argument("--threads", type=int, default=0, help="torch threads, 0 for torch's own choice (default: 0)")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The train-sae options (this module's command and `interp-gpt train-sae`)."""
+    p.add_argument("--model", default="tiny-gpt2", help="model name, hub id, folder or weights file")
+    p.add_argument("--hook", default="blocks.1.hook_resid_pre", help="the hook to train on")
+    add_data_argument(p, "the text to train on (each file split by --val-frac)")
+    p.add_argument("--val-frac", type=float, default=0.1, help="tail of each file kept for validation")
+    p.add_argument("--architecture", choices=("topk", "standard"), default="topk", help="TopK or ReLU + L1")
+    p.add_argument("--d-sae", type=int, default=1024, help="features")
+    p.add_argument("--k", type=int, default=32, help="active features per token (topk)")
+    p.add_argument("--l1-coefficient", type=float, default=1.0, help="(standard)")
+    add_run_arguments(p)
+    p.add_argument(
+        "--out",
+        required=True,
+        help="folder for cfg.json, sae_weights.safetensors, metrics.json (a run stopped by NaN or inf "
+        "saves its last good state in OUT/last_good)",
+    )
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def check_sae_args(args: argparse.Namespace) -> SAETrainingConfig:
+    """Every option the run needs, checked before the model loads; returns the training config."""
+    for option, low in (("d_sae", 1), ("k", 1), ("batch_size", 1), ("context_size", 2), ("n_tokens", 1)):
+        check_int_in_range(getattr(args, option), "--" + option.replace("_", "-"), low, None)
+    for option in ("val_windows", "threads"):
+        check_int_in_range(getattr(args, option), "--" + option.replace("_", "-"), 0, None)
+    check_float(args.val_frac, "--val-frac", 0.0, 0.5)
+    if args.architecture == "topk" and args.k > args.d_sae:
+        raise ValueError(f"--k={args.k} is out of range: a TopK SAE keeps 1..--d-sae={args.d_sae} features")
+    out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        raise ValueError(
+            f"--out={args.out!r} is a file; expected a folder (it gets cfg.json, the weights, metrics.json)"
+        )
+    options = {
+        "lr": args.lr,
+        "lr_warm_up_steps": args.lr_warm_up_steps,
+        "lr_decay_steps": args.lr_decay_steps,
+        "l1_coefficient": args.l1_coefficient,
+        "log_every": args.log_every,
+        "seed": args.seed,
+    }
+    try:
+        return SAETrainingConfig(**options)
+    except (TypeError, ValueError) as e:  # name the option, not the config field
+        msg = str(e).removeprefix("SAETrainingConfig: ")
+        field = next((f for f in options if msg.startswith(f + "=")), None)
+        raise ValueError("--" + field.replace("_", "-") + msg[len(field) :] if field else msg) from None
+
+
+def _check_hook(model: Any, hook: str) -> None:
+    """The hook exists (else one line naming it, with the close names)."""
+    try:
+        model.hook_points([hook], arg="--hook")
+    except KeyError as e:
+        raise ValueError(f"--hook: {e.args[0]}") from None
+
+
+def _hook_width(model: Any, hook: str, tokens: Tensor) -> tuple[int, str]:
+    """(d_in, reshape_activations) of an SAE on `hook`: one vector per token, a per-head hook (q, k, v,
+    z: `[batch, pos, n_heads, d_head]`) read whole as sae-lens does (reshape_activations="hook_z")."""
+    model.hook_points(hook, arg="--hook")  # a clear error for a name the model lacks
+    shape = hook_shape(model.cfg, hook)
+    if shape is not None and len(shape) == 1:
+        return shape[0], "none"
+    if shape is not None and hook.endswith(("hook_q", "hook_k", "hook_v", "hook_z")):
+        return shape[0] * shape[1], "hook_z"
+    _, cache = model.run_with_cache(tokens[:1, :2], names_filter=[hook])  # the shape it has, for the message
+    act = cache[hook]
+    raise ValueError(
+        f"--hook={hook!r} is {list(act.shape)} ({act.dtype}), not one vector of activations per token; "
+        "train on a hook such as hook_resid_pre, hook_attn_out, mlp.hook_post or attn.hook_z"
+    )
+
+
+def run(args: argparse.Namespace, argv: Sequence[str] | None = None) -> dict[str, Any]:
+    """Train and save one SAE from parsed arguments; returns the metrics written to metrics.json.
+
+    Everything the run needs (the options, the hook, the corpus, the SAE's fit to the model and its
+    evaluation) is checked before the first step; the SAE is saved before its final evaluation. A step
+    that meets NaN / inf stops the run and saves the SAE's last good state in OUT/last_good."""
+    from ...loading import from_pretrained
+
+    cfg = check_sae_args(args)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    torch.manual_seed(args.seed)
+    model = from_pretrained(args.model)
+    model.eval()
+    _check_hook(model, args.hook)
+    check_int_in_range(args.context_size, "--context-size", 2, model.cfg.n_ctx, f"contexts of {args.model}")
+    train_texts, val_texts = split_corpus(check_text_files(args.data, "--data"), args.val_frac)
+    val_tokens = token_windows(model, val_texts, args.context_size, args.val_windows or None)
+    d_in, reshape = _hook_width(model, args.hook, val_tokens)
+    metadata = SAEMetadata(
+        hook_name=args.hook,
+        model_name=model.cfg.model_name,
+        context_size=args.context_size,
+        prepend_bos=True,
+        dataset_path=", ".join(args.data),
+    )
+    sae = SAE(
+        SAEConfig(
+            d_in=d_in,
+            d_sae=args.d_sae,
+            architecture=args.architecture,
+            k=args.k if args.architecture == "topk" else None,
+            reshape_activations=reshape,
+            metadata=metadata,
+        )
+    )
+    evaluate_sae(model, sae, val_tokens[:1])  # the final evaluation's path, tried before the first step
+    trainer = SAETrainer(sae, cfg)
+    n_steps = max(1, args.n_tokens // args.batch_size)
+    batches = activation_batches(model, args.hook, train_texts, args.batch_size, args.context_size, args.seed)
+    out = Path(args.out)
+    command = "python -m interp_gpt.sae.training " + " ".join(shlex.quote(a) for a in (argv or []))
+    return train_save_evaluate(
+        trainer, batches, n_steps, args, out, sae.save_model, lambda: evaluate_sae(model, sae, val_tokens),
+        command, {}, "train-sae: the trained SAE is", "its",
+    )  # fmt: skip
+
+
+def train_save_evaluate(
+    trainer: Any,
+    batches: Any,
+    n_steps: int,
+    args: argparse.Namespace,
+    out: Path,
+    save: Callable[[Path], Any],
+    evaluate: Callable[[], dict[str, Any]],
+    command: str,
+    extra: dict[str, Any],
+    saved: str,
+    its: str,
+) -> dict[str, Any]:
+    """The end of a training command (train-sae, train-transcoder), in the order that loses nothing:
+    train (on a NaN stop, save the last good state to OUT/last_good and name it); save what was
+    trained; write metrics.json without validation; evaluate (an error says where the trained module
+    is); write metrics.json with it. `saved` names what was trained ("train-sae: the trained SAE is"),
+    `its` its possessive ("its"/"their"); `extra` goes into metrics.json after the validation fields."""
+    start = time.perf_counter()
+    try:
+        log = trainer.train(batches, n_steps, progress=not args.no_progress)
+    except NonFiniteTrainingError as e:
+        if not e.last_good_step:  # nothing trained worth keeping
+            raise
+        save(out / "last_good")
+        raise NonFiniteTrainingError(f"{e}; saved in {out / 'last_good'}", e.step, e.last_good_step) from None
+    seconds = time.perf_counter() - start
+    save(out)  # before the evaluation, which can fail
+    metrics: dict[str, Any] = {
+        "validation": None,  # filled in below
+        "validation_text": f"the last {args.val_frac:.0%} (cut at a newline) of each text file in {', '.join(args.data)}",
+        **extra,
+        "train": {k: log[-1][k] for k in ("l0", "mse", "explained_variance", "dead_fraction")},
+        "steps": trainer.n_steps,
+        "train_tokens": trainer.n_tokens,
+        "train_seconds": round(seconds, 1),
+        "command": command,
+    }
+    write_atomic(out / "metrics.json", json.dumps(metrics, indent=2) + "\n")
+    where = f"{saved} saved in {out} (metrics.json without validation)"
+    try:
+        final = evaluate()
+    except (ValueError, TypeError, KeyError) as e:
+        raise ValueError(f"{where}, but {its} evaluation failed: {e}") from e
+    except Exception:  # a failure of another kind (out of memory ...): its traceback follows this line
+        print(where, file=sys.stderr)
+        raise
+    metrics["validation"] = final
+    write_atomic(out / "metrics.json", json.dumps(metrics, indent=2) + "\n")
+    print(json.dumps({k: v for k, v in final.items() if not isinstance(v, list)}, indent=2))
+    return metrics
+
+
+def run_command(args: argparse.Namespace) -> int:
+    """`interp-gpt train-sae ...` (the same options; the command recorded is this module's equivalent)."""
+    argv = sys.argv[2:] if len(sys.argv) > 1 and sys.argv[1] == "train-sae" else None
+    run(args, argv)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m interp_gpt.sae.training ...`; returns the exit status (2: bad input)."""
+    parser = argparse.ArgumentParser(prog="python -m interp_gpt.sae.training", description=__doc__.split("\n")[0])
+    add_arguments(parser)
+    argv = sys.argv[1:] if argv is None else argv
+    args = parser.parse_args(argv)
+    try:
+        run(args, argv)
+    except BAD_INPUT as e:
+        print(f"error: {error_line(e)}", file=sys.stderr)
+        return 2
+    return 0

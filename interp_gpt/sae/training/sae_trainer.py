@@ -1,0 +1,483 @@
+"""`SAETrainer`: Adam on batches of activations `[batch, d_in]`, with sae-lens 6's losses (its
+`TrainingSAE.training_forward_pass`):
+  * reconstruction: `mse = ((x_hat - x) ** 2).sum(-1).mean()` (summed over d_in, mean over rows);
+  * "standard" (ReLU): `+ l1_coefficient * (f * ||W_dec[i]||).sum(-1).mean()`, its StandardTrainingSAE
+    term (the L1 of the feature activations weighted by the decoder rows' norms, so rescaling a decoder
+    row cannot shrink the penalty), the coefficient warmed up linearly over `l1_warm_up_steps`;
+  * "topk": `+ aux_coefficient * min(n_dead / k_aux, 1) * ||(x - x_hat) - W_dec^T topk_aux(f_dead)||^2`,
+    its TopKTrainingSAE's AuxK loss: the `k_aux = max(1, d_in // 2)` largest pre-activations of the dead
+    features reconstruct the residual the live ones leave.
+A feature is dead when it has not fired on any row of the last `dead_feature_window` batches.
+With `normalize_decoder` (the default for TopK) the decoder rows are kept at unit norm: the gradient's
+component along each row is removed before the Adam step and the rows are renormalised after it.
+
+Nothing NaN: each step checks its batch (`[batch, d_in]` floats) and that its loss is finite before the
+weights change. A NaN / inf batch is refused naming the step and the first bad value (the weights stay
+as they were); a non-finite loss on a finite batch (a diverged run) rolls the SAE back to its last good
+state, copied every `log_every` steps (`keep_last_good`); either raises `NonFiniteTrainingError` (a
+ValueError) naming the step and the step the SAE's weights now come from. Batches are never skipped.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+from tqdm.auto import tqdm  # type: ignore[import-untyped]
+
+from ...checks import check_float, check_int_in_range, check_tokens
+from ..saes.core import SAE
+from ..saes.evaluation import evaluate_sae, explained_variance
+
+__all__ = ["SAETrainingConfig", "SAETrainer", "NonFiniteTrainingError"]
+
+
+class NonFiniteTrainingError(ValueError):
+    """A training step met a NaN / inf batch or loss and stopped before it changed the weights.
+
+    `step` is the step refused (1 for the first); `last_good_step` the step the SAE's weights are from
+    now (its state after that step: kept, or rolled back to), None where no finite state was there to keep.
+    """
+
+    def __init__(self, message: str, step: int, last_good_step: int | None) -> None:
+        super().__init__(message)
+        self.step, self.last_good_step = step, last_good_step
+
+
+@dataclass
+class SAETrainingConfig:
+    """How to train: the optimiser, the sparsity and dead-feature terms, and the logging.
+
+    Example:
+        >>> SAETrainingConfig(lr=4e-4, l1_coefficient=5.0)
+    """
+
+    lr: float = 4e-4
+    adam_betas: tuple[float, float] = (0.9, 0.999)
+    lr_warm_up_steps: int = 0  # linear warm-up from 0
+    lr_decay_steps: int = 0  # linear decay to 0 over the last this many steps (0: constant)
+    l1_coefficient: float = 1.0  # "standard" only
+    l1_warm_up_steps: int = 0
+    aux_coefficient: float = 1 / 32  # "topk" AuxK loss weight (sae-lens' default is 1.0; OpenAI's paper 1/32)
+    dead_feature_window: int = 200  # batches without firing before a feature counts as dead
+    normalize_decoder: bool | None = None  # None: True for topk, False for standard (its L1 is norm-weighted)
+    init_weights: bool = True  # False: train from the SAE's current weights
+    init_b_dec_to_mean: bool = True  # b_dec starts at the first batch's mean
+    log_every: int = 100
+    eval_every: int = 0  # steps between CE-recovered evaluations on eval_tokens (0: only at the end)
+    seed: int = 0
+    keep_last_good: bool = True  # keep a copy of the weights every log_every steps to roll back to on NaN
+    history: list[dict[str, float]] = field(default_factory=list, repr=False)
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> None:
+        """Check every field by name (run at construction, and again by `SAETrainer`, so a field changed
+        in between is checked too): a negative warm-up would climb the loss, a negative decay or interval
+        would silently train at learning rate 0 or never log."""
+        where = type(self).__name__
+        self.lr = check_float(self.lr, "lr", 0.0, caller=where)
+        betas = self.adam_betas
+        if not isinstance(betas, (tuple, list)) or len(betas) != 2:
+            raise TypeError(f"{where}: adam_betas must be a pair of numbers (beta1, beta2), got {betas!r}")
+        self.adam_betas = (
+            _check_fraction(betas[0], "adam_betas[0]", where),
+            _check_fraction(betas[1], "adam_betas[1]", where),
+        )
+        for name, low in self._int_fields().items():
+            setattr(self, name, check_int_in_range(getattr(self, name), name, low, None, caller=where))
+        self.seed = check_int_in_range(self.seed, "seed", 0, 2**63 - 1, caller=where)
+        for name in ("l1_coefficient", "aux_coefficient"):
+            setattr(self, name, check_non_negative(getattr(self, name), name, where))
+        for name in ("normalize_decoder", "init_weights", "init_b_dec_to_mean", "keep_last_good"):
+            value = getattr(self, name)
+            if not isinstance(value, bool) and not (name == "normalize_decoder" and value is None):
+                none = " or None (the architecture's default)" if name == "normalize_decoder" else ""
+                raise TypeError(f"{where}: {name} must be True or False{none}, got {type(value).__name__} ({value!r})")
+        if not isinstance(self.history, list):
+            raise TypeError(f"{where}: history must be a list, got {type(self.history).__name__}")
+
+    def _int_fields(self) -> dict[str, int]:
+        """The int fields and their least value (a subclass's config adds its own)."""
+        return INT_FIELDS
+
+
+# The int fields and their least value (steps and intervals; 0 where 0 means "off").
+INT_FIELDS = {
+    "lr_warm_up_steps": 0,
+    "lr_decay_steps": 0,
+    "l1_warm_up_steps": 0,
+    "dead_feature_window": 1,
+    "log_every": 1,
+    "eval_every": 0,
+}
+
+
+def check_non_negative(value: Any, arg: str, where: str = "SAETrainingConfig") -> float:
+    """A finite number >= 0 (a coefficient: 0 turns its term off)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{where}: {arg} must be a number, got {type(value).__name__} ({value!r})")
+    if not math.isfinite(value) or value < 0:
+        raise ValueError(f"{where}: {arg}={value!r} is out of range: expected a finite number >= 0")
+    return float(value)
+
+
+def _check_fraction(value: Any, arg: str, where: str = "SAETrainingConfig") -> float:
+    """An Adam beta: a number in [0, 1)."""
+    value = check_non_negative(value, arg, where)
+    if value >= 1:
+        raise ValueError(f"{where}: {arg}={value!r} is out of range: expected a number >= 0 and < 1")
+    return value
+
+
+class SAETrainer:
+    """Train `sae` with Adam on batches of activations `[batch, d_in]` (e.g. from `activation_batches`).
+
+    Args:
+        sae: the SAE to train in place ("standard" or "topk").
+        cfg: a `SAETrainingConfig`.
+        model, eval_tokens: when given, the log reports the CE loss recovered on `eval_tokens` every
+            `cfg.eval_every` steps and at the end.
+
+    Example:
+        >>> sae = SAE(SAEConfig(d_in=128, d_sae=1024, architecture="topk", k=32,
+        ...                     metadata={"hook_name": "blocks.1.hook_resid_pre"}))
+        >>> trainer = SAETrainer(sae, SAETrainingConfig(lr=4e-4))
+        >>> log = trainer.train(activation_batches(model, "blocks.1.hook_resid_pre", texts), n_steps=1000)
+    """
+
+    def __init__(
+        self,
+        sae: SAE,
+        cfg: SAETrainingConfig | None = None,
+        model: Any = None,
+        eval_tokens: Tensor | None = None,
+    ) -> None:
+        if not isinstance(sae, SAE):
+            raise TypeError(f"sae: expected an interp_gpt SAE, got {type(sae).__name__}")
+        if sae.cfg.architecture not in ("standard", "topk"):
+            raise ValueError(f"sae.cfg.architecture={sae.cfg.architecture!r}: the trainer trains 'standard' or 'topk'")
+        if sae.cfg.normalize_activations != "none":
+            raise ValueError(
+                f"sae.cfg.normalize_activations={sae.cfg.normalize_activations!r}: train with "
+                "normalize_activations='none'"
+            )
+        # reshape_activations="hook_z" only changes how the SAE reads a [..., n_heads, d_head] activation
+        # spliced into the model; the trainer sees the same rows flattened, [batch, n_heads * d_head].
+        if sae.cfg.architecture == "topk" and sae.cfg.rescale_acts_by_decoder_norm:
+            raise ValueError("sae: train TopK with rescale_acts_by_decoder_norm=False (the decoder is kept unit-norm)")
+        if cfg is not None and not isinstance(cfg, SAETrainingConfig):
+            raise TypeError(f"cfg: expected a SAETrainingConfig, got {type(cfg).__name__}")
+        self.sae, self.cfg = sae, cfg or SAETrainingConfig()
+        self.cfg.validate()  # again: a field may have been changed since the config was built
+        if (model is None) != (eval_tokens is None):
+            raise ValueError("model and eval_tokens: pass both (for the CE loss recovered) or neither")
+        if model is not None and eval_tokens is not None:  # what the evaluations need, checked before step 1
+            eval_tokens = check_tokens(
+                eval_tokens, model.cfg.d_vocab, model.cfg.n_ctx, "eval_tokens", caller="SAETrainer"
+            )
+            evaluate_sae(model, sae, eval_tokens[:1])
+        self.model, self.eval_tokens = model, eval_tokens
+        self.topk = sae.cfg.architecture == "topk"
+        self._start([sae.W_enc, sae.W_dec, sae.b_enc, sae.b_dec], (sae.cfg.d_sae,), sae.device)
+
+    _name, _what, _holds = "SAETrainer", "SAE", "holds its"  # how messages name the trainer and what it trains
+
+    def _start(self, params: list[Tensor], n_features: tuple[int, ...], device: torch.device) -> None:
+        """The optimiser and the counters (after `self.cfg` and `self.topk` are set)."""
+        c = self.cfg
+        self.normalize_decoder = self.topk if c.normalize_decoder is None else bool(c.normalize_decoder)
+        self.optimizer = torch.optim.Adam(params, lr=c.lr, betas=(c.adam_betas[0], c.adam_betas[1]))
+        self.steps_since_fired = torch.zeros(n_features, dtype=torch.long, device=device)
+        self.n_steps = 0
+        self.n_tokens = 0
+        self._initialised = False
+        self._fired: Tensor | None = None  # the features the last `losses` fired
+        self.log: list[dict[str, float]] = []
+        self.last_good: dict[str, Any] | None = None  # see `_keep_last_good`
+
+    # ----- one step -----------------------------------------------------------------
+    @torch.no_grad()
+    def _initialise(self, x: Tensor) -> None:
+        sae, gen = self.sae, torch.Generator().manual_seed(self.cfg.seed)
+        w = torch.randn(sae.W_dec.shape, generator=gen, dtype=torch.float32)
+        w = w / w.norm(dim=-1, keepdim=True) * (1.0 if self.normalize_decoder or self.topk else 0.1)
+        sae.W_dec.copy_(w)
+        sae.W_enc.copy_(w.T)  # sae-lens' init: the encoder starts as the decoder's transpose
+        sae.b_enc.zero_()
+        sae.b_dec.copy_(x.mean(0) if self.cfg.init_b_dec_to_mean else torch.zeros_like(sae.b_dec))
+        self._initialised = True
+
+    def losses(self, x: Tensor) -> tuple[Tensor, dict[str, Tensor]]:
+        """The training loss on a batch `[n, d_in]` and its parts (mse, l1 or aux) and the features.
+        TopK (sae-lens' maths) folds `b_dec` into the encoder bias (`(x - b_dec) @ W_enc = x @ W_enc -
+        b_dec @ W_enc`: no `[n, d_in]` input gradient) and decodes by summing the k chosen decoder rows
+        per token (`embedding_bag`: k / d_sae of the dense matmul's work, forward and backward)."""
+        sae = self.sae
+        if self.topk:
+            assert sae.cfg.k is not None
+            bias = sae.b_enc - sae.b_dec @ sae.W_enc if sae.cfg.apply_b_dec_to_input else sae.b_enc
+            hidden_pre = torch.addmm(bias, x, sae.W_enc)  # (x - b_dec) @ W_enc + b_enc
+            values, indices = torch.topk(hidden_pre, k=sae.cfg.k, dim=-1, sorted=False)
+            acts = values.relu()
+            x_hat = F.embedding_bag(indices, sae.W_dec, per_sample_weights=acts, mode="sum") + sae.b_dec
+            with torch.no_grad():
+                feats = torch.zeros_like(hidden_pre).scatter_(-1, indices, acts)
+                self._fired = torch.zeros(sae.cfg.d_sae, dtype=torch.bool, device=x.device)
+                self._fired[indices[acts > 0]] = True
+        else:
+            sae_in = x - sae.b_dec * sae.cfg.apply_b_dec_to_input
+            hidden_pre = torch.addmm(sae.b_enc, sae_in, sae.W_enc)  # sae_in @ W_enc + b_enc, one pass
+            feats = torch.relu(hidden_pre)
+            x_hat = torch.addmm(sae.b_dec, feats, sae.W_dec)  # feats @ W_dec + b_dec
+            self._fired = None
+        mse = (x_hat - x).pow(2).sum(-1).mean()
+        parts = {"mse": mse, "feats": feats.detach()}
+        loss = mse
+        if not self.topk:
+            warm = self.cfg.l1_warm_up_steps
+            coeff = self.cfg.l1_coefficient * (min(1.0, (self.n_steps + 1) / warm) if warm else 1.0)
+            parts["l1"] = coeff * (feats * sae.W_dec.norm(dim=1)).sum(-1).mean()
+            loss = loss + parts["l1"]
+        else:
+            dead = self.steps_since_fired >= self.cfg.dead_feature_window
+            n_dead = int(dead.sum())
+            if n_dead:  # AuxK: only when some feature is dead
+                k_aux = max(1, sae.cfg.d_in // 2)  # sae-lens' d_in // 2, at least one (d_in = 1)
+                scale = min(n_dead / k_aux, 1.0)
+                k_aux = min(k_aux, n_dead)
+                masked = torch.where(dead[None], hidden_pre, -torch.inf)
+                aux_values, aux_indices = masked.topk(k_aux, dim=-1, sorted=False)
+                aux_hat = F.embedding_bag(aux_indices, sae.W_dec, per_sample_weights=aux_values, mode="sum")
+                residual = (x - x_hat).detach()
+                parts["aux"] = self.cfg.aux_coefficient * scale * (aux_hat - residual).pow(2).sum(-1).mean()
+                loss = loss + parts["aux"]
+        return loss, parts
+
+    def _lr_factor(self) -> float:
+        c, s = self.cfg, self.n_steps
+        f = min(1.0, (s + 1) / c.lr_warm_up_steps) if c.lr_warm_up_steps else 1.0
+        if c.lr_decay_steps and self.total_steps:
+            f *= min(1.0, max(0.0, (self.total_steps - s) / c.lr_decay_steps))
+        return f
+
+    def step(self, x: Tensor) -> dict[str, Tensor]:
+        """One Adam step on the batch `x` `[n, d_in]`; returns the loss parts and the features.
+
+        Refused before the weights change: a batch of another shape (ValueError), and a batch holding
+        NaN / inf or a loss that is not finite (`NonFiniteTrainingError`, naming the step). On a diverged
+        loss the SAE is rolled back to its last good state (see `cfg.keep_last_good`)."""
+        step = self.n_steps + 1
+        x = self._check_batch(x, step)
+        if not self._initialised and self.cfg.init_weights:
+            if self._first_bad(x) is not None:  # the initial b_dec is this batch's mean
+                self._refuse(x, step, None)
+            self._initialise(x)
+        for g in self.optimizer.param_groups:
+            g["lr"] = self.cfg.lr * self._lr_factor()
+        loss, parts = self.losses(x)
+        # One sync a step (TopK's dead count and the fired-feature update sync each step already). Any NaN
+        # or inf in the batch or the weights reaches the loss, so a finite loss lets the step go on.
+        if not bool(torch.isfinite(loss)):
+            self._refuse(x, step, loss)
+        if self.cfg.keep_last_good and self.n_steps % self.cfg.log_every == 0:
+            self._keep_last_good()
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        decoders = self._decoders()
+        if self.normalize_decoder:
+            with torch.no_grad():  # keep the step tangent to the unit sphere of each decoder row
+                for w_dec in decoders:
+                    if w_dec.grad is not None:
+                        w, grad = w_dec.flatten(1), w_dec.grad.view(w_dec.shape[0], -1)
+                        grad -= (grad * w).sum(-1, keepdim=True) * w
+        self.optimizer.step()
+        with torch.no_grad():
+            if self.normalize_decoder:
+                for w_dec in decoders:
+                    w_dec.div_(w_dec.flatten(1).norm(dim=-1).view(-1, *[1] * (w_dec.ndim - 1)))
+            self._after_step()
+            fired = self._fired if self._fired is not None else (parts["feats"] > 0).any(-2)
+            self.steps_since_fired += 1
+            self.steps_since_fired[fired] = 0
+        self.n_steps += 1
+        self.n_tokens += self._n_rows(x)
+        parts["loss"] = loss.detach()
+        return parts
+
+    # ----- what a trainer of another module (transcoder_trainer) overrides --------------------
+    def _decoders(self) -> list[Tensor]:
+        """The decoder weights whose rows (feature i: `w[i]`, flattened) are kept unit-norm."""
+        return [self.sae.W_dec]
+
+    def _after_step(self) -> None:
+        """Anything to project after the Adam step (nothing for an SAE)."""
+
+    def _n_rows(self, x: Any) -> int:
+        return int(x.shape[0])
+
+    def _first_bad(self, x: Any) -> tuple[str, int, int] | None:
+        """(where its first NaN / inf is, how many, of how many values) in a checked batch, or None."""
+        bad = ~torch.isfinite(x)
+        if not bool(bad.any()):
+            return None
+        row, col = bad.nonzero()[0].tolist()
+        return f"{x[row, col].item()} at [row {row}, column {col}]", int(bad.sum()), x.numel()
+
+    @property
+    def dead_fraction(self) -> float:
+        """The share of features that did not fire in the last `dead_feature_window` batches."""
+        return float((self.steps_since_fired >= self.cfg.dead_feature_window).float().mean())
+
+    # ----- refusing bad batches and keeping the last good state ----------------------------
+    def _check_batch(self, x: Any, step: int) -> Tensor:
+        d_in = self.sae.cfg.d_in
+        want = f"expected [batch, d_in={d_in}] (rows of activations)"
+        if not isinstance(x, Tensor):
+            raise TypeError(f"SAETrainer: the batch of step {step} must be a tensor, {want}; got {type(x).__name__}")
+        if not x.is_floating_point():
+            raise TypeError(f"SAETrainer: the batch of step {step} has dtype {x.dtype}, {want} of floats")
+        if x.ndim != 2 or x.shape[1] != d_in or x.shape[0] == 0:
+            flat = f"; flatten [batch, pos, d_in] with x.reshape(-1, {d_in})" if x.ndim > 2 else ""
+            raise ValueError(f"SAETrainer: the batch of step {step} has shape {tuple(x.shape)}, {want}{flat}")
+        return x.to(self.sae.device, self.sae.dtype)
+
+    @torch.no_grad()
+    def _weights_finite(self) -> bool:
+        return all(bool(torch.isfinite(p).all()) for p in self.optimizer.param_groups[0]["params"])
+
+    @torch.no_grad()
+    def _keep_last_good(self) -> None:
+        """Copy the weights (verified by this step's finite loss) and the counters: the state to roll back to."""
+        if not self._weights_finite():
+            return
+        params = self.optimizer.param_groups[0]["params"]
+        if self.last_good is None:
+            self.last_good = {"params": [p.detach().clone() for p in params]}
+        else:
+            for kept, p in zip(self.last_good["params"], params, strict=True):
+                kept.copy_(p)
+        self.last_good.update(step=self.n_steps, tokens=self.n_tokens, steps_since_fired=self.steps_since_fired.clone())
+
+    @torch.no_grad()
+    def _roll_back(self) -> int | None:
+        """Put the last good state back (Adam's moments start again from zero); returns its step (0 for
+        untouched initial weights), or None where no good state was kept."""
+        if self.last_good is None:
+            return 0 if self.n_steps == 0 and self._weights_finite() else None
+        for kept, p in zip(self.last_good["params"], self.optimizer.param_groups[0]["params"], strict=True):
+            p.copy_(kept)
+        self.optimizer.state.clear()
+        self.n_steps, self.n_tokens = self.last_good["step"], self.last_good["tokens"]
+        self.steps_since_fired.copy_(self.last_good["steps_since_fired"])
+        self.log[:] = [e for e in self.log if e["step"] <= self.n_steps]
+        return self.n_steps
+
+    def _refuse(self, x: Tensor, step: int, loss: Tensor | None) -> None:
+        """Raise NonFiniteTrainingError for step `step`: a NaN / inf batch (the weights untouched),
+        or a non-finite loss on a finite batch (training diverged: roll back)."""
+        bad = self._first_bad(x)
+        if bad is not None:
+            first, n_bad, n_values = bad
+            last = self.n_steps if self._weights_finite() else self._roll_back()
+            raise NonFiniteTrainingError(
+                f"{self._name}: the batch of step {step} holds {first} "
+                f"({n_bad} of its {n_values} values are NaN or inf); refused before it changed the "
+                f"weights. {self._state_words(last)}",
+                step,
+                last,
+            )
+        last = self._roll_back()
+        raise NonFiniteTrainingError(
+            f"{self._name}: the loss at step {step} is {float(loss.detach()) if loss is not None else 'nan'} on a finite "
+            f"batch: training diverged (lr={self.cfg.lr:g}; lower cfg.lr or add cfg.lr_warm_up_steps). "
+            f"{self._state_words(last)}",
+            step,
+            last,
+        )
+
+    def _state_words(self, last: int | None) -> str:
+        if last is None:
+            nan = ", which hold NaN or inf" if not self._weights_finite() else ""
+            return (
+                f"No good state was kept to roll back to (cfg.keep_last_good={self.cfg.keep_last_good}): "
+                f"the {self._what} {self._holds} weights after step {self.n_steps}{nan}"
+            )
+        state = "initial weights" if last == 0 else f"state after step {last}"
+        return f"The {self._what} {self._holds} {state}, the last good one"
+
+    # ----- the loop -----------------------------------------------------------------
+    def train(self, batches: Iterable[Tensor], n_steps: int, progress: bool = True) -> list[dict[str, float]]:
+        """Run `n_steps` steps on `batches`; every `cfg.log_every` steps (and at the end) append
+        {step, tokens, loss, mse, l0, explained_variance, dead_fraction, lr, [l1 | aux],
+        [ce_loss_recovered]} to `self.log` (training-batch metrics; CE on `eval_tokens`). Returns the log.
+
+        Example:
+            >>> trainer.train(activation_batches(model, hook, texts), n_steps=2000)[-1]["l0"]
+        """
+        n_steps = check_int_in_range(n_steps, "n_steps", 1, None)
+        self.total_steps = self.n_steps + n_steps
+        bar = tqdm(total=n_steps, desc=f"train {self._what}", unit="step", disable=not progress)
+        it = iter(batches)
+        start = time.perf_counter()
+        try:
+            for _ in range(n_steps):
+                x = next(it, None)
+                if x is None:
+                    raise ValueError(f"batches: ran out after {self.n_steps} steps (n_steps asked {n_steps} more)")
+                parts = self.step(x)
+                last = self.n_steps == self.total_steps
+                if self.n_steps % self.cfg.log_every == 0 or last:
+                    entry = self._entry(x, parts)
+                    entry["tokens_per_s"] = self.n_tokens / max(time.perf_counter() - start, 1e-9)
+                    ev = self.cfg.eval_every
+                    if self.model is not None and (last or (ev and self.n_steps % ev == 0)):
+                        entry.update(self.evaluate())
+                    self.log.append(entry)
+                    bar.set_postfix(
+                        {k: f"{entry[k]:.3g}" for k in ("l0", "mse", "explained_variance", "dead_fraction")}
+                    )
+                bar.update(1)
+        finally:
+            bar.close()
+        if not self._weights_finite():  # the last step's update (the next loss would have shown it)
+            step, kept = self.n_steps, self._roll_back()
+            raise NonFiniteTrainingError(
+                f"{self._name}: step {step} left NaN or inf in the weights: training diverged "
+                f"(lr={self.cfg.lr:g}; lower cfg.lr). {self._state_words(kept)}",
+                step,
+                kept,
+            )
+        return self.log
+
+    @torch.no_grad()
+    def _entry(self, x: Tensor, parts: dict[str, Tensor]) -> dict[str, float]:
+        x = x.to(self.sae.device, self.sae.dtype)
+        feats = parts["feats"]
+        x_hat = feats @ self.sae.W_dec + self.sae.b_dec
+        entry = {
+            "step": float(self.n_steps),
+            "tokens": float(self.n_tokens),
+            "loss": float(parts["loss"]),
+            "mse": float(parts["mse"]),
+            "l0": float((feats > 0).float().sum(-1).mean()),
+            "explained_variance": explained_variance(x, x_hat),
+            "dead_fraction": self.dead_fraction,
+            "lr": self.optimizer.param_groups[0]["lr"],
+        }
+        for k in ("l1", "aux"):
+            if k in parts:
+                entry[k] = float(parts[k])
+        return entry
+
+    def evaluate(self) -> dict[str, float]:
+        """`evaluate_sae` on the trainer's eval tokens, keys prefixed 'val_'."""
+        assert self.model is not None and self.eval_tokens is not None
+        return {f"val_{k}": v for k, v in evaluate_sae(self.model, self.sae, self.eval_tokens).items()}
