@@ -90,8 +90,8 @@ def test_equals_plain_hook_reference(tiny_model: GPT, which: str, freeze: bool) 
     ref_logits, ref_acts = reference(tiny_model, tcs, ivs, freeze)
     logits, acts = feature_intervention(tiny_model, TOKENS, tcs, ivs, freeze_attention=freeze)
     assert acts is not None
-    torch.testing.assert_close(logits, ref_logits, rtol=0, atol=1e-5)
-    torch.testing.assert_close(acts, ref_acts, rtol=0, atol=1e-5)
+    torch.testing.assert_close(logits, ref_logits, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(acts, ref_acts, rtol=1e-5, atol=1e-5)
     clean, _ = feature_intervention(tiny_model, TOKENS, tcs, [])
     assert float((clean - logits).abs().max()) > 1e-3
     _, sparse = feature_intervention(tiny_model, TOKENS, tcs, ivs, freeze_attention=freeze, sparse=True)
@@ -104,8 +104,8 @@ def test_constrained_layers_equal_plain_hook_reference(tiny_model: GPT, constrai
     ivs = [(0, 3, 5, 2.0), (0, 0, 7, 1.5), (1, 6, 2, 3.0), (1, slice(2, None), 9, 0.0)]
     ref_logits, ref_acts = reference(tiny_model, tcs, ivs, True, constrained)
     logits, acts = feature_intervention(tiny_model, TOKENS, tcs, ivs, constrained_layers=constrained)
-    torch.testing.assert_close(logits, ref_logits, rtol=0, atol=1e-5)
-    torch.testing.assert_close(acts, ref_acts, rtol=0, atol=1e-5)
+    torch.testing.assert_close(logits, ref_logits, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(acts, ref_acts, rtol=1e-5, atol=1e-5)
     free, _ = feature_intervention(tiny_model, TOKENS, tcs, ivs)
     assert float((free - logits).abs().max()) > 1e-4  # constraining changes the answer
 
@@ -116,13 +116,13 @@ def test_own_values_change_nothing(tiny_model: GPT) -> None:
     assert clean_acts is not None and bool((clean_acts[:, 1:] > 0).any())
     with torch.no_grad():
         plain = tiny_model(TOKENS[None])
-    torch.testing.assert_close(clean_logits, plain, rtol=0, atol=1e-6)  # hooked LayerNorm: unfused
+    torch.testing.assert_close(clean_logits, plain, rtol=1e-6, atol=1e-6)  # hooked LayerNorm: unfused
     everything = torch.arange(40)
     ivs = [(layer, pos, everything, clean_acts[layer, pos]) for layer in range(2) for pos in range(1, len(TOKENS))]
     for freeze in (True, False):
         logits, acts = feature_intervention(tiny_model, TOKENS, tcs, ivs, freeze_attention=freeze)
-        torch.testing.assert_close(logits, clean_logits, rtol=0, atol=1e-5)
-        torch.testing.assert_close(acts, clean_acts, rtol=0, atol=1e-5)
+        torch.testing.assert_close(logits, clean_logits, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(acts, clean_acts, rtol=1e-5, atol=1e-5)
 
 
 def test_what_freezing_the_attention_changes(tiny_model: GPT) -> None:
@@ -135,12 +135,12 @@ def test_what_freezing_the_attention_changes(tiny_model: GPT) -> None:
     assert float((frozen - live)[0, 5:].abs().max()) > 1e-4
     # ... but not before the intervened position (causal), where both equal the clean run
     for out in (frozen, live):
-        torch.testing.assert_close(out[0, :4], clean[0, :4], rtol=0, atol=1e-6)
+        torch.testing.assert_close(out[0, :4], clean[0, :4], rtol=1e-6, atol=1e-6)
     # the last layer's MLP comes after every attention: no pattern moves, freezing changes nothing
     late = [(1, 4, 5, 6.0)]
     frozen, _ = feature_intervention(tiny_model, TOKENS, tcs, late, freeze_attention=True)
     live, _ = feature_intervention(tiny_model, TOKENS, tcs, late, freeze_attention=False)
-    torch.testing.assert_close(frozen, live, rtol=0, atol=1e-6)
+    torch.testing.assert_close(frozen, live, rtol=1e-6, atol=1e-6)
     assert float((frozen - clean).abs().max()) > 1e-3
 
 
@@ -155,15 +155,15 @@ def test_generation_holds_open_ended_interventions(tiny_model: GPT) -> None:
     ivs = [(1, slice(2, None), 5, 8.0), (0, 3, 7, 2.0)]
     tokens, logits, acts = feature_intervention_generate(tiny_model, TOKENS, tcs, ivs, **kw)
     one, one_acts = feature_intervention(tiny_model, TOKENS, tcs, ivs)
-    torch.testing.assert_close(logits[0], one[0, -1], rtol=0, atol=1e-5)
-    torch.testing.assert_close(acts[:, : len(TOKENS)], one_acts, rtol=0, atol=1e-5)
+    torch.testing.assert_close(logits[0], one[0, -1], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(acts[:, : len(TOKENS)], one_acts, rtol=1e-5, atol=1e-5)
     # each new token carries the open-ended intervention: equal to a full intervened pass over the
     # generated tokens, unfrozen, with the open-ended one at every new position (the prompt's positions
     # as the first pass left them: the cached keys and values)
     closed = [(1, slice(2, len(TOKENS)), 5, 8.0), (0, 3, 7, 2.0)]
     _, plain_logits, _ = feature_intervention_generate(tiny_model, TOKENS, tcs, closed, **kw)
     assert float((plain_logits[1:] - logits[1:]).abs().max()) > 1e-3
-    torch.testing.assert_close(plain_logits[0], logits[0], rtol=0, atol=1e-6)
+    torch.testing.assert_close(plain_logits[0], logits[0], rtol=1e-6, atol=1e-6)
 
 
 def test_the_docstring_example_runs() -> None:

@@ -21,7 +21,7 @@ N_LAYERS, N_HEADS, D_MLP = 2, 4, 256  # the tiny shape of conftest.TINY (d_mlp =
 
 
 def close(a: torch.Tensor, b: torch.Tensor, atol: float = ATOL) -> None:
-    torch.testing.assert_close(a, b, atol=atol, rtol=0)
+    torch.testing.assert_close(a, b, atol=atol, rtol=atol)
 
 
 # ----------------------------------------------------------------------------

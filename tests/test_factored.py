@@ -46,7 +46,7 @@ def _pair(name: str, seed: int = 0):
 
 def _close(ours: torch.Tensor, theirs: torch.Tensor) -> None:
     assert ours.shape == theirs.shape, f"shape {tuple(ours.shape)} vs {tuple(theirs.shape)}"
-    assert torch.allclose(ours, theirs, atol=TOL, rtol=0), f"max gap {(ours - theirs).abs().max().item():.3g}"
+    assert torch.allclose(ours, theirs, atol=TOL, rtol=TOL), f"max gap {(ours - theirs).abs().max().item():.3g}"
 
 
 def _align(ours: torch.Tensor, theirs: torch.Tensor) -> torch.Tensor:
@@ -110,7 +110,7 @@ def test_eigenvalues_match_as_sets(name: str) -> None:
     ours, tl = _pair(name)
     mine, theirs = ours.eigenvalues, tl.eigenvalues
     assert mine.shape == theirs.shape == (*ours.shape[:-2], ours.mdim)
-    assert torch.allclose(mine, theirs, atol=TOL, rtol=0)  # in transformer-lens' order, too
+    assert torch.allclose(mine, theirs, atol=TOL, rtol=TOL)  # in transformer-lens' order, too
     gaps = (mine[..., :, None] - theirs[..., None, :]).abs()
     assert gaps.min(-1).values.max() < TOL and gaps.min(-2).values.max() < TOL
     # and each is an eigenvalue of the full product AB, computed independently of both classes.

@@ -59,9 +59,9 @@ def test_train_lens_saves_a_lens_and_its_held_out_kl(trained, corpus: Path, mode
     lens = TunedLens.from_pretrained(out, model)
     val = lens_windows(model, split_corpus(corpus)[1], 32)[:16]
     assert metrics["validation_tokens"] == val.numel()
-    torch.testing.assert_close(torch.tensor(kl["tuned_lens"]), lens_kl(lens, val, batch_size=4), atol=1e-5, rtol=0)
+    torch.testing.assert_close(torch.tensor(kl["tuned_lens"]), lens_kl(lens, val, batch_size=4), atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(
-        torch.tensor(kl["logit_lens"]), lens_kl(TunedLens.from_model(model), val, batch_size=4), atol=1e-5, rtol=0
+        torch.tensor(kl["logit_lens"]), lens_kl(TunedLens.from_model(model), val, batch_size=4), atol=1e-5, rtol=1e-5
     )
     assert all(t < g for t, g in zip(kl["tuned_lens"], kl["logit_lens"], strict=True)), kl
 

@@ -64,10 +64,10 @@ def test_logit_lens_last_entry_is_the_model_and_every_entry_the_one_prompt_lens(
     assert result.positions == list(range(tiny_tokens.shape[1]))
     with torch.no_grad():
         logits, cache = tiny_model.run_with_cache(tiny_tokens)
-    torch.testing.assert_close(result.values[-1], logits, atol=1e-5, rtol=0)
+    torch.testing.assert_close(result.values[-1], logits, atol=1e-5, rtol=1e-5)
     for b in range(tiny_tokens.shape[0]):
         want, labels = cache_logit_lens(cache, batch=b)  # the older, one-prompt logit lens
-        torch.testing.assert_close(result.values[:, b], want, atol=1e-5, rtol=0)
+        torch.testing.assert_close(result.values[:, b], want, atol=1e-5, rtol=1e-5)
         assert labels == result.labels
 
 
@@ -78,13 +78,13 @@ def test_logit_lens_positions_select_as_transformer_lens_slice(tiny_model, tiny_
     last = logit_lens(tiny_model, tiny_tokens, incl_mid=True)  # default -1: the pos axis is dropped
     assert last.values.shape == (2 * n + 1, tiny_tokens.shape[0], tiny_model.cfg.d_vocab)
     assert last.positions == [tiny_tokens.shape[1] - 1] and last.labels[:3] == ["0_pre", "0_mid", "1_pre"]
-    torch.testing.assert_close(last.values, every[:, :, -1], atol=1e-6, rtol=0)
+    torch.testing.assert_close(last.values, every[:, :, -1], atol=1e-6, rtol=1e-6)
     picked = logit_lens(tiny_model, tiny_tokens, positions=[1, -2], incl_mid=True)
     assert picked.positions == [1, tiny_tokens.shape[1] - 2]
-    torch.testing.assert_close(picked.values, every[:, :, [1, -2]], atol=1e-6, rtol=0)
+    torch.testing.assert_close(picked.values, every[:, :, [1, -2]], atol=1e-6, rtol=1e-6)
     sliced = logit_lens(tiny_model, tiny_tokens, positions=(2, 5), incl_mid=True)
     assert sliced.positions == [2, 3, 4]
-    torch.testing.assert_close(sliced.values, every[:, :, 2:5], atol=1e-6, rtol=0)
+    torch.testing.assert_close(sliced.values, every[:, :, 2:5], atol=1e-6, rtol=1e-6)
     top = sliced.top_tokens(2)
     assert top.shape == sliced.values.shape[:-1] + (2,)
     assert torch.equal(top[..., 0], sliced.values.argmax(dim=-1))
@@ -168,7 +168,7 @@ def test_jacobian_lens_is_the_identity_where_no_block_above_writes():
         for p in (block.attn.W_O, block.attn.b_O, block.mlp.W_out, block.mlp.b_out):
             p.zero_()
     lens = jacobian_lens(model, _ids((10,)), skip_first_positions=2)
-    torch.testing.assert_close(lens.J[1], torch.eye(32), atol=1e-6, rtol=0)
+    torch.testing.assert_close(lens.J[1], torch.eye(32), atol=1e-6, rtol=1e-6)
     assert (lens.J[0] - torch.eye(32)).abs().max() > 0.2
     assert torch.equal(lens.matrix(-1), torch.eye(32)) and torch.equal(lens.matrix(1), lens.J[1])
 
@@ -187,7 +187,7 @@ def test_jacobian_lens_does_not_depend_on_dim_batch_and_leaves_the_weights_as_th
     torch.testing.assert_close(one.J[0], lenses[0].J[1], atol=1e-5, rtol=1e-5)
     batch = jacobian_lens(model, torch.stack([p[:8] for p in prompts]), skip_first_positions=2, max_seq_len=8)
     cut = jacobian_lens(model, prompts, skip_first_positions=2, max_seq_len=8)
-    torch.testing.assert_close(batch.J, cut.J, atol=1e-6, rtol=0)
+    torch.testing.assert_close(batch.J, cut.J, atol=1e-6, rtol=1e-6)
 
 
 def test_jacobian_lens_with_the_identity_is_the_logit_lens(tiny_model, tiny_tokens):
@@ -198,8 +198,8 @@ def test_jacobian_lens_with_the_identity_is_the_logit_lens(tiny_model, tiny_toke
         _, cache = tiny_model.run_with_cache(tiny_tokens)
     for layer in range(n):  # resid_post of layer l is resid_pre of l + 1 (entry l + 1); the last is final_post
         got = lens(cache[f"blocks.{layer}.hook_resid_post"], layer)
-        torch.testing.assert_close(got, want[layer + 1], atol=1e-5, rtol=0)
-    torch.testing.assert_close(readout(tiny_model, cache["blocks.0.hook_resid_pre"]), want[0], atol=1e-5, rtol=0)
+        torch.testing.assert_close(got, want[layer + 1], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(readout(tiny_model, cache["blocks.0.hook_resid_pre"]), want[0], atol=1e-5, rtol=1e-5)
 
 
 def test_jacobian_lens_reads_text_as_the_model_tokenizes_it():
@@ -291,7 +291,7 @@ def test_logit_lens_matches_transformer_lens(pair, positions, incl_mid):
     want = tl_logit_lens(bridge, tokens, positions=positions, incl_mid=incl_mid)
     got = logit_lens(ours, tokens, positions=positions, incl_mid=incl_mid)
     assert got.labels == want.labels and got.values.shape == want.values.shape
-    torch.testing.assert_close(got.values, want.values, atol=1e-5, rtol=0)
+    torch.testing.assert_close(got.values, want.values, atol=1e-5, rtol=1e-5)
 
 
 @needs_tl_4_3
@@ -313,8 +313,8 @@ def test_jacobian_lens_matches_transformer_lens(pair, source_layers, skip):
     assert got.source_layers == want.source_layers and got.n_prompts == want.n_prompts == 3
     for i, layer in enumerate(got.source_layers):
         assert want.jacobians[layer].abs().max() > 1.0
-        torch.testing.assert_close(got.J[i], want.jacobians[layer], atol=1e-4, rtol=0)
+        torch.testing.assert_close(got.J[i], want.jacobians[layer], atol=1e-4, rtol=1e-4)
     h = torch.randn(5, 32, generator=gen)
     layer = got.source_layers[-1]
     want_logits = (bridge.ln_final(want.transport(h, layer)[None]) @ bridge.W_U + bridge.b_U)[0]
-    torch.testing.assert_close(got(h, layer), want_logits.detach(), atol=1e-4, rtol=0)
+    torch.testing.assert_close(got(h, layer), want_logits.detach(), atol=1e-4, rtol=1e-4)

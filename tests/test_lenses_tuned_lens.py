@@ -56,14 +56,14 @@ def test_the_same_translators_give_the_same_logits_and_hash(pair) -> None:  # ty
     mine = ours.forward_all(tokens)
     with torch.no_grad():
         for layer, h in enumerate(_hidden(hf, tokens)):
-            torch.testing.assert_close(mine[layer], theirs(h, layer), atol=2e-5, rtol=0)
-            torch.testing.assert_close(ours(h, layer), theirs(h, layer), atol=2e-5, rtol=0)
+            torch.testing.assert_close(mine[layer], theirs(h, layer), atol=2e-5, rtol=2e-5)
+            torch.testing.assert_close(ours(h, layer), theirs(h, layer), atol=2e-5, rtol=2e-5)
     # a zero lens is tuned-lens' logit lens too
     logit = tuned_lens.nn.LogitLens.from_model(hf)
     zero = TunedLens.from_model(ours_model).forward_all(tokens)
     for layer, h in enumerate(_hidden(hf, tokens)):
         with torch.no_grad():
-            torch.testing.assert_close(zero[layer], logit(h, layer), atol=2e-5, rtol=0)
+            torch.testing.assert_close(zero[layer], logit(h, layer), atol=2e-5, rtol=2e-5)
 
 
 def test_we_load_tuned_lens_folder(pair, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
@@ -78,7 +78,7 @@ def test_we_load_tuned_lens_folder(pair, tmp_path: Path) -> None:  # type: ignor
         assert torch.equal(ours.layer_translators.state_dict()[k], v)
     h = _hidden(hf, tokens)[1]
     with torch.no_grad():
-        torch.testing.assert_close(ours(h, 1), theirs(h, 1), atol=2e-5, rtol=0)
+        torch.testing.assert_close(ours(h, 1), theirs(h, 1), atol=2e-5, rtol=2e-5)
     # their lens (no processing recorded: Hugging Face's raw weights) on our centred stream: refused
     processed = GPT.from_pretrained(hf, tokenizer=None)
     with pytest.raises(ValueError, match="trained on a raw residual stream"):
@@ -102,4 +102,4 @@ def test_tuned_lens_loads_our_folder(pair, tmp_path: Path, caplog) -> None:  # t
         assert torch.equal(theirs.layer_translators.state_dict()[k], v)
     with torch.no_grad():
         for layer, h in enumerate(_hidden(hf, tokens)):
-            torch.testing.assert_close(theirs(h, layer), ours(h, layer), atol=2e-5, rtol=0)
+            torch.testing.assert_close(theirs(h, layer), ours(h, layer), atol=2e-5, rtol=2e-5)

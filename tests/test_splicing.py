@@ -104,7 +104,7 @@ def test_with_the_error_term_the_logits_are_bit_identical(tiny_model: GPT, tiny_
         assert (prediction - plain[OUT]).abs().max() > 0.1  # a bad prediction: the error term does the work
         torch.testing.assert_close(cache[OUT + ".hook_sae_recons"], prediction)
         torch.testing.assert_close(cache[OUT + ".hook_sae_input"], plain[read])
-        torch.testing.assert_close(cache[OUT + ".hook_sae_error"], plain[OUT] - prediction, atol=1e-6, rtol=0)
+        torch.testing.assert_close(cache[OUT + ".hook_sae_error"], plain[OUT] - prediction, atol=1e-6, rtol=1e-6)
         torch.testing.assert_close(cache[FEATS], torch.relu(plain[read] @ tc.W_enc + tc.b_enc).detach())
         assert torch.equal(cache[OUT + ".hook_sae_output"], plain[OUT])
 

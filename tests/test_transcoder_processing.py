@@ -149,8 +149,8 @@ def test_a_raw_transcoder_on_the_processed_model_gives_the_raw_models_log_probs(
     want = reference(raw, tcs)
     unspliced = raw(TOKENS).log_softmax(-1)
     assert (want - unspliced).abs().max() > 1e-2  # the transcoders do change the model
-    torch.testing.assert_close(spliced(raw, tcs), want, atol=1e-9, rtol=0)
-    torch.testing.assert_close(spliced(processed, tcs), want, atol=1e-9, rtol=0)  # converted as spliced
+    torch.testing.assert_close(spliced(raw, tcs), want, atol=1e-9, rtol=1e-9)
+    torch.testing.assert_close(spliced(processed, tcs), want, atol=1e-9, rtol=1e-9)  # converted as spliced
     # what each writes: the raw prediction less its mean over d_model, as hook_mlp_out is on processed weights
     with torch.no_grad(), raw.transcoders(tcs):
         _, raw_cache = raw.run_with_cache(TOKENS)
@@ -160,29 +160,31 @@ def test_a_raw_transcoder_on_the_processed_model_gives_the_raw_models_log_probs(
         out = raw_cache[f"blocks.{L}.hook_mlp_out.hook_sae_output"]  # what flows downstream
         assert out.mean(-1).abs().max() > 1e-3  # (so the centring is seen)
         got = cache[f"blocks.{L}.hook_mlp_out.hook_sae_output"]
-        torch.testing.assert_close(got, out - out.mean(-1, keepdim=True), atol=1e-9, rtol=0)
+        torch.testing.assert_close(got, out - out.mean(-1, keepdim=True), atol=1e-9, rtol=1e-9)
     converted = [tc.converted_to(processed) for tc in tcs]
     assert all(c.cfg.processing == PROCESSED and c.input_hook.endswith("ln2.hook_normalized") for c in converted)
-    torch.testing.assert_close(reference(processed, converted), want, atol=1e-9, rtol=0)
+    torch.testing.assert_close(reference(processed, converted), want, atol=1e-9, rtol=1e-9)
     with torch.no_grad(), processed.transcoders(converted):
         _, conv_cache = processed.run_with_cache(TOKENS)
     for name in (f"blocks.{L}.hook_mlp_out.hook_sae_output" for L in range(raw.cfg.n_layers)):
-        torch.testing.assert_close(conv_cache[name], cache[name], atol=1e-9, rtol=0)
+        torch.testing.assert_close(conv_cache[name], cache[name], atol=1e-9, rtol=1e-9)
     # with the error term the model's own output, features readable
     with torch.no_grad(), processed.transcoders(tcs, use_error_term=True):
         got, cache = processed.run_with_cache(TOKENS)
-    torch.testing.assert_close(got.log_softmax(-1), processed(TOKENS).log_softmax(-1), atol=1e-9, rtol=0)
+    torch.testing.assert_close(got.log_softmax(-1), processed(TOKENS).log_softmax(-1), atol=1e-9, rtol=1e-9)
     _, raw_cache = raw.run_with_cache(TOKENS)
     x = raw_cache["blocks.1.ln2.hook_normalized"]
     if hook_in == "mlp.hook_in":
         x = x * raw.blocks[1].ln2.w + raw.blocks[1].ln2.b
-    torch.testing.assert_close(cache["blocks.1.hook_mlp_out.hook_sae_acts_post"], tcs[1].encode(x), atol=1e-9, rtol=0)
+    torch.testing.assert_close(
+        cache["blocks.1.hook_mlp_out.hook_sae_acts_post"], tcs[1].encode(x), atol=1e-9, rtol=1e-9
+    )
 
 
 def test_float32_tiny_gpt2_agrees_to_1e_5() -> None:
     raw, processed = GPT.from_pretrained_no_processing("tiny-gpt2"), GPT.from_pretrained("tiny-gpt2")
     tcs = [make(raw, L, "mlp.hook_in").to_dtype("float32") for L in range(2)]
-    torch.testing.assert_close(spliced(processed, tcs), reference(raw, tcs), atol=1e-5, rtol=0)
+    torch.testing.assert_close(spliced(processed, tcs), reference(raw, tcs), atol=1e-5, rtol=1e-5)
 
 
 def test_load_transcoders_with_a_model_converts_both_formats(tmp_path: Path, tiny_pair: tuple[GPT, GPT]) -> None:
@@ -196,7 +198,7 @@ def test_load_transcoders_with_a_model_converts_both_formats(tmp_path: Path, tin
         on_processed = load_transcoders(tmp_path / fmt, processed)
         assert [t.cfg.processing for t in on_processed] == [PROCESSED, PROCESSED]
         assert on_processed[1].input_hook == "blocks.1.ln2.hook_normalized"
-        torch.testing.assert_close(spliced(processed, on_processed), want, atol=1e-9, rtol=0)
+        torch.testing.assert_close(spliced(processed, on_processed), want, atol=1e-9, rtol=1e-9)
         assert load_transcoders(tmp_path / fmt, raw)[0].cfg.processing == RAW
     config = yaml.safe_load((tmp_path / "circuit-tracer" / "config.yaml").read_text())
     assert config["model_processing"] == RAW and config["feature_input_hook"] == "mlp.hook_in"
@@ -211,7 +213,7 @@ def test_a_circuit_tracer_set_that_does_not_say_is_for_raw_weights(tmp_path: Pat
     (tmp_path / "ct" / "config.yaml").write_text(yaml.safe_dump(config))
     back = load_transcoders(tmp_path / "ct")
     assert back[0].cfg.processing == RAW and back[0].input_hook == "blocks.0.mlp.hook_in"
-    torch.testing.assert_close(spliced(processed, back), reference(raw, tcs), atol=1e-9, rtol=0)
+    torch.testing.assert_close(spliced(processed, back), reference(raw, tcs), atol=1e-9, rtol=1e-9)
     # a set for folded weights reads the MLP's input where the model has it
     config["model_processing"] = PROCESSED
     (tmp_path / "ct" / "config.yaml").write_text(yaml.safe_dump(config))
@@ -240,8 +242,10 @@ def test_a_raw_resid_mid_transcoder_converts_only_if_it_ignores_the_mean(tiny_pa
         for tc in tcs:
             tc.W_skip.sub_(tc.W_skip.mean(1, keepdim=True))
     want = reference(raw, tcs)
-    torch.testing.assert_close(spliced(processed, tcs), want, atol=1e-9, rtol=0)
-    torch.testing.assert_close(spliced(processed, [tc.converted_to(processed) for tc in tcs]), want, atol=1e-9, rtol=0)
+    torch.testing.assert_close(spliced(processed, tcs), want, atol=1e-9, rtol=1e-9)
+    torch.testing.assert_close(
+        spliced(processed, [tc.converted_to(processed) for tc in tcs]), want, atol=1e-9, rtol=1e-9
+    )
 
 
 def test_a_processed_resid_mid_transcoder_reads_an_uncentred_stream_through_the_centring(
@@ -263,8 +267,8 @@ def test_a_processed_resid_mid_transcoder_reads_an_uncentred_stream_through_the_
     want = reference(processed, tcs)
     _, cache = shifted.run_with_cache(TOKENS)
     assert cache["blocks.0.hook_resid_mid"].mean(-1).abs().max() > 0.1
-    torch.testing.assert_close(spliced(shifted, tcs), want, atol=1e-9, rtol=0)
-    torch.testing.assert_close(reference(shifted, [tc.converted_to(shifted) for tc in tcs]), want, atol=1e-9, rtol=0)
+    torch.testing.assert_close(spliced(shifted, tcs), want, atol=1e-9, rtol=1e-9)
+    torch.testing.assert_close(reference(shifted, [tc.converted_to(shifted) for tc in tcs]), want, atol=1e-9, rtol=1e-9)
 
 
 @pytest.mark.parametrize("hook_in", ["mlp.hook_in", "ln2.hook_normalized", "hook_resid_mid"])
@@ -328,8 +332,8 @@ def test_a_raw_clt_converts_to_the_processed_model_layer_by_layer(tiny_pair: tup
             conv = back.converted_to(processed)
         assert conv.cfg.processing == PROCESSED and conv.cfg.input_hook(1) == "blocks.1.ln2.hook_normalized"
         xs_p = torch.stack([cache[conv.cfg.input_hook(L)] for L in range(2)])
-        torch.testing.assert_close(conv.encode(xs_p), clt.encode(xs), atol=1e-9, rtol=0)
-        torch.testing.assert_close(conv(xs_p), want, atol=1e-9, rtol=0)
+        torch.testing.assert_close(conv.encode(xs_p), clt.encode(xs), atol=1e-9, rtol=1e-9)
+        torch.testing.assert_close(conv(xs_p), want, atol=1e-9, rtol=1e-9)
     with pytest.raises(ValueError, match=r"CLT's layer 0: blocks\.0\.hook_mlp_out: .*centred writing weights"):
         conv.converted_to(raw)
 
@@ -345,8 +349,8 @@ def test_a_refused_second_splice_leaves_the_first_models_conversion_alone(tiny_p
             with processed.transcoders(tcs):
                 pass
         torch.testing.assert_close(raw.run_with_cache(TOKENS, names_filter=[name])[1][name], before, atol=0, rtol=0)
-        torch.testing.assert_close(raw(TOKENS).log_softmax(-1), want, atol=1e-9, rtol=0)
-    torch.testing.assert_close(spliced(processed, tcs), want, atol=1e-9, rtol=0)
+        torch.testing.assert_close(raw(TOKENS).log_softmax(-1), want, atol=1e-9, rtol=1e-9)
+    torch.testing.assert_close(spliced(processed, tcs), want, atol=1e-9, rtol=1e-9)
 
 
 def test_converted_to_without_a_copy_is_the_same_transcoder_only_where_nothing_converts(

@@ -145,7 +145,7 @@ def test_clt_recovers_features_that_write_into_later_layers(arch: str) -> None:
     assert log[-1]["explained_variance.0"] > 0.85 and log[-1]["explained_variance.1"] > 0.85
     if arch == "topk":  # the unit norm is over a feature's decoders together
         norms = clt.W_dec[0].detach().flatten(1).norm(dim=-1)
-        torch.testing.assert_close(norms, torch.ones(48), atol=1e-5, rtol=0)
+        torch.testing.assert_close(norms, torch.ones(48), atol=1e-5, rtol=1e-5)
 
 
 def test_a_set_of_plts_trains_each_layer_on_its_own_rows_in_one_step() -> None:
@@ -154,8 +154,8 @@ def test_a_set_of_plts_trains_each_layer_on_its_own_rows_in_one_step() -> None:
     xs, ys = torch.randn(2, 64, 16, generator=g), torch.randn(2, 64, 16, generator=g)
     trainer = TranscoderTrainer(tcs, TranscoderTrainingConfig(lr=1e-3))
     trainer.step((xs, ys))
-    torch.testing.assert_close(tcs[0].b_dec.detach(), ys[0].mean(0), atol=1e-2, rtol=0)  # each layer's own mean
-    torch.testing.assert_close(tcs[1].b_dec.detach(), ys[1].mean(0), atol=1e-2, rtol=0)
+    torch.testing.assert_close(tcs[0].b_dec.detach(), ys[0].mean(0), atol=1e-2, rtol=1e-2)  # each layer's own mean
+    torch.testing.assert_close(tcs[1].b_dec.detach(), ys[1].mean(0), atol=1e-2, rtol=1e-2)
     # the loss is the sum of the layers' losses, each computed by hand from that layer's transcoder
     _, parts = trainer.losses(trainer._check_batch((xs, ys), 2))
     by_hand = sum(float((tcs[i](xs[i]) - ys[i]).pow(2).sum(-1).mean().detach()) for i in range(2))
