@@ -198,22 +198,10 @@ def detect_head(
         >>> detect_head(model, text, "previous_token_head", heads=[(0, 1), (1, 3)], exclude_bos=True)
     """
     cfg = model.cfg
-    if error_measure not in get_args(ErrorMeasure):
-        raise ValueError(f"detect_head: error_measure={error_measure!r} is not one of {list(get_args(ErrorMeasure))}")
+    # Phase 1: the arguments; a list of prompts with a built-in pattern: the mean of their scores
+    _check_detect_args(seq, detection_pattern, error_measure)
     if isinstance(seq, list):
-        if not seq or not all(isinstance(s, str) for s in seq):
-            raise TypeError(f"detect_head: seq must be a str or a non-empty list of str, got {seq!r}")
-    elif not isinstance(seq, str):
-        raise TypeError(f"detect_head: seq must be a str or a list of str, got {type(seq).__name__}")
-    if isinstance(detection_pattern, str):
-        if detection_pattern not in HEAD_NAMES:
-            close = difflib.get_close_matches(detection_pattern, HEAD_NAMES, n=1, cutoff=0.5)
-            hint = f"; did you mean {close[0]!r}?" if close else ""
-            raise ValueError(
-                f"detect_head: detection_pattern={detection_pattern!r} is not a known head name; known: {HEAD_NAMES} "
-                f"(or pass a [pos, pos] tensor){hint}"
-            )
-        if isinstance(seq, list):
+        if isinstance(detection_pattern, str):
             if cache is not None:
                 raise ValueError(
                     "detect_head: cache holds one prompt's activations, so it cannot be given with a list seq; "
@@ -232,13 +220,14 @@ def detect_head(
                 for one_seq in seq
             ]
             return torch.stack(scores).mean(0)
-    elif isinstance(seq, list):
         if len(seq) > 1:
             raise ValueError(
                 f"detect_head: a detection_pattern tensor fits one prompt, got a list of {len(seq)} prompts as seq; "
                 "call detect_head once per prompt (or use a built-in pattern name, which is built per prompt)"
             )
         seq = seq[0]
+
+    # Phase 2: the prompt's tokens and its detection pattern
     tokens = model.to_tokens(seq)
     seq_len = tokens.shape[-1]
     if not 1 < seq_len < cfg.n_ctx:
@@ -253,10 +242,46 @@ def detect_head(
         logging.warning("Using detection pattern with values other than 0 or 1 with error_measure 'mul'")
     layer2heads = _layer_to_heads(heads, cfg.n_layers, cfg.n_heads)
 
+    # Phase 3: each head's score on the prompt's attention patterns
     if cache is None:
         _, cache = model.run_with_cache(
             tokens, remove_batch_dim=True, names_filter=lambda name: name.endswith("attn.hook_pattern")
         )
+    return _head_scores(
+        model, cache, detection_pattern, layer2heads, seq_len, exclude_bos, exclude_current_token, error_measure
+    )
+
+
+def _check_detect_args(seq: Any, detection_pattern: Any, error_measure: Any) -> None:
+    """Refuse an unknown error measure, a seq that is no prompt (or list of them), an unknown head name."""
+    if error_measure not in get_args(ErrorMeasure):
+        raise ValueError(f"detect_head: error_measure={error_measure!r} is not one of {list(get_args(ErrorMeasure))}")
+    if isinstance(seq, list):
+        if not seq or not all(isinstance(s, str) for s in seq):
+            raise TypeError(f"detect_head: seq must be a str or a non-empty list of str, got {seq!r}")
+    elif not isinstance(seq, str):
+        raise TypeError(f"detect_head: seq must be a str or a list of str, got {type(seq).__name__}")
+    if isinstance(detection_pattern, str) and detection_pattern not in HEAD_NAMES:
+        close = difflib.get_close_matches(detection_pattern, HEAD_NAMES, n=1, cutoff=0.5)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        raise ValueError(
+            f"detect_head: detection_pattern={detection_pattern!r} is not a known head name; known: {HEAD_NAMES} "
+            f"(or pass a [pos, pos] tensor){hint}"
+        )
+
+
+def _head_scores(
+    model: Any,
+    cache: Any,
+    detection_pattern: Tensor,
+    layer2heads: dict[int, list[int]],
+    seq_len: int,
+    exclude_bos: bool,
+    exclude_current_token: bool,
+    error_measure: ErrorMeasure,
+) -> Tensor:
+    """`[n_layers, n_heads]`: each head of `layer2heads` scored on its pattern in `cache`, the others -1."""
+    cfg = model.cfg
     dtype = getattr(cfg, "dtype", None) or model.W_E.dtype
     matches = -torch.ones(cfg.n_layers, cfg.n_heads, dtype=dtype)
     for layer, layer_heads in layer2heads.items():

@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 import re
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from typing import Any, Literal, Union
@@ -486,17 +486,9 @@ def map_direction(v: Tensor, from_model: Any, to_model: Any, hook: str, mode: Mo
         True
     """
     caller = "map_direction"
-    hook = _check_hook(from_model, hook, caller)
-    _check_hook(to_model, hook, caller)
-    if mode not in _MODES:
-        raise ValueError(f"{caller}: mode={mode!r}, expected 'add', 'project_out' or 'ablate'")
-    for field in ("d_model", "n_layers", "n_heads", "d_head", "d_mlp", "d_vocab"):
-        a, b = getattr(from_model.cfg, field), getattr(to_model.cfg, field)
-        if a != b:
-            raise ValueError(f"{caller}: from_model has {field}={a}, to_model {field}={b}: not one checkpoint")
-    v = _check_vector(from_model, hook, v, caller, "v")
-    if mode != "add" and float(v.norm()) == 0.0:
-        raise ValueError(f"{caller}: v is zero: mode={mode!r} needs a direction")
+    # Phase 1: the arguments
+    hook, v = _check_map(v, from_model, to_model, hook, mode)
+    # Phase 2: the processing each model shows (processed alike, or a hook it leaves alone: v as it is)
     family = _family(hook)
     fold = [m.cfg.normalization_type == "LNPre" for m in (from_model, to_model)]
     centred = [m.cfg.normalization_type is not None and _writers_centred(m) for m in (from_model, to_model)]
@@ -513,9 +505,40 @@ def map_direction(v: Tensor, from_model: Any, to_model: Any, hook: str, mode: Mo
     def refuse(why: str) -> ValueError:
         return ValueError(f"{caller}: {hook!r}, mode={mode!r}: {why}; no vector steers to_model the same way")
 
+    # Phase 3: the vector, by the hook's family
     out = v.double().to(from_model.W_E.device)  # beside the weights it is compared with
+    if family not in ("resid", "logits", "normalized", "unembed_in", "value"):
+        raise refuse("only hooks whose activation the processing changes in a known way map (see map_direction's docs)")
+    if family != "unembed_in":
+        flags = {"resid": centred, "logits": unembed, "normalized": fold}.get(family, [])
+        out = _map_family(out, family, mode, flags, values, refuse)
+    elif fold[0] != fold[1]:  # unembed_in folded alike: the same activation on both, v as it is
+        out = _map_unembed_in(out, mode, fold, to_model if fold[0] else from_model, refuse)
+    return out.to(v.device, v.dtype)
+
+
+def _check_map(v: Any, from_model: Any, to_model: Any, hook: Any, mode: Any) -> tuple[str, Tensor]:
+    """`map_direction`'s arguments checked, by name: (the hook, the vector)."""
+    caller = "map_direction"
+    hook = _check_hook(from_model, hook, caller)
+    _check_hook(to_model, hook, caller)
+    if mode not in _MODES:
+        raise ValueError(f"{caller}: mode={mode!r}, expected 'add', 'project_out' or 'ablate'")
+    for field in ("d_model", "n_layers", "n_heads", "d_head", "d_mlp", "d_vocab"):
+        a, b = getattr(from_model.cfg, field), getattr(to_model.cfg, field)
+        if a != b:
+            raise ValueError(f"{caller}: from_model has {field}={a}, to_model {field}={b}: not one checkpoint")
+    v = _check_vector(from_model, hook, v, caller, "v")
+    if mode != "add" and float(v.norm()) == 0.0:
+        raise ValueError(f"{caller}: v is zero: mode={mode!r} needs a direction")
+    return hook, v
+
+
+def _map_family(
+    out: Tensor, family: str, mode: str, flags: list[bool], values: list[Tensor], refuse: Callable[[str], Exception]
+) -> Tensor:
+    """`out` (float64) mapped at a resid / logits (`flags`: centred), normalized (`flags`: folded) or value hook."""
     if family in ("resid", "logits"):
-        flags = centred if family == "resid" else unembed
         if mode != "add":
             if flags[0] != flags[1] and not _is_centred(out):
                 raise refuse(
@@ -525,40 +548,40 @@ def map_direction(v: Tensor, from_model: Any, to_model: Any, hook: str, mode: Mo
         elif flags[1]:
             out = _centre(out)
     elif family == "normalized":
-        folded_to_raw = fold[0] and not fold[1]
+        folded_to_raw = flags[0] and not flags[1]
         if mode == "add" and folded_to_raw:
             out = _centre(out)
-        elif not _is_centred(out) and fold[0] != fold[1]:
+        elif not _is_centred(out) and flags[0] != flags[1]:
             raise refuse(
                 "fold_ln centres the weights that read this activation, so on folded weights only v - v.mean() "
                 "acts; v has a mean, which the raw model reads and the folded one cannot"
             )
-    elif family == "unembed_in" and fold[0] != fold[1]:  # folded alike: the same activation on both
-        if mode != "add":
+    elif mode != "add":  # value
+        diff = (values[0] - values[1].to(values[0].device)).flatten()
+        along = float(diff @ (out.flatten() / out.norm()))
+        if abs(along) > 1e-5 * max(1.0, float(diff.norm())):
             raise refuse(
-                "the raw model's activation is x_hat * w + b, the folded one's x_hat: a projection does not carry over"
+                "fold_value_biases moved the constant b_V (+ ln1.b @ W_V) out of this activation, and the "
+                f"difference has component {along:.3g} along v, so x . u differs between the models"
             )
-        w = (to_model if fold[0] else from_model).ln_final.w.detach().double().to(out.device)
-        if fold[0]:
-            out = _centre(out) * w
-        else:
-            if bool((w == 0).any()):
-                raise refuse("ln_final.w has zeros, which no vector on the folded model can undo")
-            out = out / w
-            if not _is_centred(out):
-                raise refuse(
-                    "on folded weights W_U reads (C v) * w, so the raw v must make v / ln_final.w mean-zero, and "
-                    f"its mean is {float(out.mean()):.3g}"
-                )
-    elif family == "value":
-        if mode != "add":
-            diff = (values[0] - values[1].to(values[0].device)).flatten()
-            along = float(diff @ (out.flatten() / out.norm()))
-            if abs(along) > 1e-5 * max(1.0, float(diff.norm())):
-                raise refuse(
-                    "fold_value_biases moved the constant b_V (+ ln1.b @ W_V) out of this activation, and the "
-                    f"difference has component {along:.3g} along v, so x . u differs between the models"
-                )
-    elif family != "unembed_in":
-        raise refuse("only hooks whose activation the processing changes in a known way map (see map_direction's docs)")
-    return out.to(v.device, v.dtype)
+    return out
+
+
+def _map_unembed_in(out: Tensor, mode: str, fold: list[bool], raw: Any, refuse: Callable[[str], Exception]) -> Tensor:
+    """`out` (float64) mapped at unembed.hook_in between a folded and a raw model (`raw`)."""
+    if mode != "add":
+        raise refuse(
+            "the raw model's activation is x_hat * w + b, the folded one's x_hat: a projection does not carry over"
+        )
+    w = raw.ln_final.w.detach().double().to(out.device)
+    if fold[0]:
+        return _centre(out) * w
+    if bool((w == 0).any()):
+        raise refuse("ln_final.w has zeros, which no vector on the folded model can undo")
+    out = out / w
+    if not _is_centred(out):
+        raise refuse(
+            "on folded weights W_U reads (C v) * w, so the raw v must make v / ln_final.w mean-zero, and "
+            f"its mean is {float(out.mean()):.3g}"
+        )
+    return out

@@ -308,15 +308,7 @@ def test_prompt(
         Top 1th token. Logit:  9.48 Prob:  5.85% Token: |aj|
         Ranks of the answer tokens: [(' m', 22), ('at', 39)]
     """
-    caller = "test_prompt"
-    if not isinstance(prompt, str):
-        raise TypeError(f"{caller}: prompt must be a str, got {type(prompt).__name__}")
-    answers = [answer] if isinstance(answer, str) else answer
-    if not isinstance(answers, (list, tuple)) or not answers or not all(isinstance(a, str) for a in answers):
-        raise TypeError(f"{caller}: answer must be a str or a non-empty list of str, got {answer!r}")
-    if any(a == "" for a in answers) and not prepend_space_to_answer:
-        raise ValueError(f"{caller}: answer holds an empty string, which has no token to score: {answer!r}")
-    top_k = check_int_in_range(top_k, "top_k", 0, model.cfg.d_vocab, caller=caller)
+    answers, top_k = _check_test_prompt(prompt, answer, model, prepend_space_to_answer, top_k)
     n_answers = len(answers)
     multiple = n_answers > 1
     if prepend_space_to_answer:
@@ -351,23 +343,58 @@ def test_prompt(
         ranks = sorted_token_positions.argsort(-1)[range(n_answers), answer_ids.cpu()].tolist()
         answer_ranks.append(list(zip(answer_str_tokens, ranks, strict=True)))
         if print_details:
-            lines = []
-            for i in range(n_answers):
-                logit = logits[i, index - 1, answer_ids[i]].item()
-                prob = token_probs[i, answer_ids[i]].item()
-                lines.append(
-                    f"Rank: {ranks[i]: <8} Logit: {logit:5.2f} Prob: {prob:6.2%} Token: |{answer_str_tokens[i]}|"
-                )
-            head = f"Performance on answer token{'s' if n_answers > 1 else ''}:\n"
-            _rich_print(head + "\n".join(f"[b]{line}[/b]" for line in lines), head + "\n".join(lines))
-            for i in range(top_k):
-                token = sorted_token_positions[0, i]
-                logit = logits[0, index - 1, token].item()
-                prob = sorted_token_probs[0, i].item()
-                print(f"Top {i}th token. Logit: {logit:5.2f} Prob: {prob:6.2%} Token: |{model.to_string(token)}|")
+            ranked = (sorted_token_probs, sorted_token_positions)
+            _print_position(
+                model, logits[:, index - 1], token_probs, ranked, answer_ids, answer_str_tokens, ranks, top_k
+            )
     # One answer: one (token, rank) per answer token, unwrapped, as transformer-lens prints it.
     ranks_text = f"{[r[0] for r in answer_ranks] if not multiple else answer_ranks}"
     _rich_print(f"[b]Ranks of the answer tokens:[/b] {ranks_text}", f"Ranks of the answer tokens: {ranks_text}")
+
+
+def _check_test_prompt(
+    prompt: Any, answer: Any, model: Any, prepend_space_to_answer: bool, top_k: Any
+) -> tuple[Any, int]:
+    """`test_prompt`'s arguments checked, by name: (the answers as a list or tuple of str, top_k)."""
+    caller = "test_prompt"
+    if not isinstance(prompt, str):
+        raise TypeError(f"{caller}: prompt must be a str, got {type(prompt).__name__}")
+    answers = [answer] if isinstance(answer, str) else answer
+    if not isinstance(answers, (list, tuple)) or not answers or not all(isinstance(a, str) for a in answers):
+        raise TypeError(f"{caller}: answer must be a str or a non-empty list of str, got {answer!r}")
+    if any(a == "" for a in answers) and not prepend_space_to_answer:
+        raise ValueError(f"{caller}: answer holds an empty string, which has no token to score: {answer!r}")
+    top_k = check_int_in_range(top_k, "top_k", 0, model.cfg.d_vocab, caller=caller)
+    return answers, top_k
+
+
+def _print_position(
+    model: Any,
+    logits: Tensor,
+    token_probs: Tensor,
+    ranked: tuple[Tensor, Tensor],
+    answer_ids: Tensor,
+    answer_str_tokens: list[str],
+    ranks: list[int],
+    top_k: int,
+) -> None:
+    """Print one answer position: each answer token's rank, logit and probability (`logits`, `token_probs`:
+    `[n_answers, d_vocab]`, the prediction made there; `ranked`: `token_probs` sorted, descending, and the
+    order), then the first row's top `top_k` predictions."""
+    n_answers = len(answer_str_tokens)
+    lines = []
+    for i in range(n_answers):
+        logit = logits[i, answer_ids[i]].item()
+        prob = token_probs[i, answer_ids[i]].item()
+        lines.append(f"Rank: {ranks[i]: <8} Logit: {logit:5.2f} Prob: {prob:6.2%} Token: |{answer_str_tokens[i]}|")
+    head = f"Performance on answer token{'s' if n_answers > 1 else ''}:\n"
+    _rich_print(head + "\n".join(f"[b]{line}[/b]" for line in lines), head + "\n".join(lines))
+    sorted_token_probs, sorted_token_positions = ranked
+    for i in range(top_k):
+        token = sorted_token_positions[0, i]
+        logit = logits[0, token].item()
+        prob = sorted_token_probs[0, i].item()
+        print(f"Top {i}th token. Logit: {logit:5.2f} Prob: {prob:6.2%} Token: |{model.to_string(token)}|")
 
 
 def _rich_print(markup: str, plain: str) -> None:

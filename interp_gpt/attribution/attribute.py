@@ -1,28 +1,19 @@
-"""`attribute`: an attribution graph of the direct, linear effects between the features, error nodes and
-token embeddings of a prompt and its next-token logits, in a local replacement model -- circuit-tracer's
-`attribute`, on our hook points, offline. The algorithm of the 2025 "Attribution Graphs" paper
-(https://transformer-circuits.pub/2025/attribution-graphs/methods.html), in its phases:
+"""`attribute`: the attribution graph (direct, linear effects between features, error nodes, token embeddings
+and next-token logits) of a prompt in a local replacement model -- circuit-tracer's `attribute`, offline
+(https://transformer-circuits.pub/2025/attribution-graphs/methods.html). The phases:
 
-0. **Local replacement model** (replacement.py) -- attention patterns and LayerNorm scales frozen and the
-   MLPs replaced by the transcoders, by hooks on an unchanged model: gradients flow only through the
-   linear parts of the network, so every direct effect is one gradient.
-1. **Forward pass** (replacement.py) -- one pass of `batch_size` copies of the prompt records each layer's
-   transcoder input, MLP output and the token embeddings, and marks every active feature (position 0,
-   the BOS, is zeroed: its features and error vectors are no nodes' values).
-2. **Logit targets** (targets.py) -- the top logits by probability until `desired_logit_prob` or
-   `max_n_logits`, or the targets given; each a demeaned unembedding direction through the frozen ln_final.
-3. **Logit attribution** -- one backward pass per batch of logit targets: a target's row holds, for every
-   source, the gradient at the source's place dotted with the source's vector: a feature's activation
-   times its decoder row(s), an error node's error vector, an embedding's `W_E[token]`.
-4. **Feature attribution** -- the same for feature targets (the gradient injected is the feature's encoder
-   row at its input: the target is its pre-activation); with `max_feature_nodes`, the features are visited
-   in order of their influence on the logits so far (recomputed every `update_interval` batches), and only
-   those visited become nodes.
-5. **Assemble graph** -- `adjacency_matrix[target, source]` in circuit-tracer's node order (features by
-   layer, pos, feature; error nodes by layer, pos; embeddings by pos; logits), rows of error and embedding
-   nodes zero (nothing in the graph writes them), as an `AttributionGraph`. Dense, or (`sparse`, or where
-   the dense matrix would not fit) a `torch.sparse_csr_tensor`: each batch of rows keeps only its
-   non-zeros as it is computed (sparse.py), so the dense matrix never exists.
+0. **Local replacement model** (replacement.py): attention patterns and LayerNorm scales frozen, MLPs
+   replaced by the transcoders (hooks on an unchanged model), so every direct effect is one gradient.
+1. **Forward pass** (replacement.py): `batch_size` copies of the prompt, each layer's transcoder input and
+   MLP output and the embeddings recorded; position 0 (the BOS) zeroed: it is no node's value.
+2. **Logit targets** (targets.py): the top logits until `desired_logit_prob` or `max_n_logits` (or the
+   targets given), each a demeaned unembedding direction through the frozen ln_final.
+3. **Logit attribution**: a backward pass per batch of targets; a row holds, per source, the gradient at
+   its place dotted with its vector (activation x decoder row, error vector, `W_E[token]`).
+4. **Feature attribution**: the same, injecting each feature's encoder row; with `max_feature_nodes`, by
+   influence on the logits (re-ranked every `update_interval` batches), only those visited kept.
+5. **Assemble graph**: `adjacency_matrix[target, source]` in circuit-tracer's node order (features by layer,
+   pos, feature; errors by layer, pos; embeddings; logits), dense or a `torch.sparse_csr_tensor` (sparse.py).
 
 Example (tiny-gpt2 and its shipped transcoders):
     >>> from interp_gpt import GPT
@@ -97,19 +88,9 @@ def attribute(
         verbose: a progress bar over the feature targets.
     """
     model, tokens, readers = prepare(model, prompt, transcoders, _CALLER)
-    check_int_in_range(max_n_logits, "max_n_logits", 1, None, caller=_CALLER)
-    if isinstance(desired_logit_prob, bool) or not isinstance(desired_logit_prob, (int, float)):
-        raise TypeError(f"{_CALLER}: desired_logit_prob={desired_logit_prob!r}: expected a number in (0, 1]")
-    if not 0 < desired_logit_prob <= 1:
-        raise ValueError(f"{_CALLER}: desired_logit_prob={desired_logit_prob!r}: expected a number in (0, 1]")
-    if max_feature_nodes is not None:
-        check_int_in_range(max_feature_nodes, "max_feature_nodes", 1, None, caller=_CALLER)
-    if batch_size is None:
-        batch_size = 16 if tokens.device.type == "cpu" else 128
-    check_int_in_range(batch_size, "batch_size", 1, None, caller=_CALLER)
-    check_int_in_range(update_interval, "update_interval", 1, None, caller=_CALLER)
-    if sparse is not None and not isinstance(sparse, bool):
-        raise TypeError(f"{_CALLER}: sparse={sparse!r}: expected True, False or None")
+    batch_size = _check_options(
+        max_n_logits, desired_logit_prob, max_feature_nodes, batch_size, update_interval, sparse, tokens.device
+    )
 
     # Phases 0 and 1: the local replacement model and its forward pass
     fwd = run_forward(model, tokens, readers, batch_size, _ZERO_POSITIONS)
@@ -123,67 +104,19 @@ def attribute(
     # Phase 2: the logit targets
     targets, probs, vecs = logit_targets(model, fwd.logits[-1], attribution_targets, max_n_logits, desired_logit_prob)
     n_logits = len(targets)
-    logit_offset = n_active + (n_layers + 1) * n_pos
-    total = logit_offset + n_logits
     n_keep = n_active if max_feature_nodes is None else min(max_feature_nodes, n_active)
-    # Every feature a node: each row is written straight into the adjacency at its node's place (one dense
-    # [nodes, nodes] matrix in memory), or its non-zeros kept (sparse). A subset: rows kept as visited, then
-    # assembled (rows x all sources).
-    direct = n_keep == n_active
     as_sparse = _check_room(active, n_layers, n_pos, n_logits, n_keep, sparse)
-    pieces = RowPieces(total) if as_sparse else None
-    edges = torch.zeros(0 if as_sparse else (total if direct else n_keep + n_logits), total)
-    row_node = torch.zeros(n_keep + n_logits, dtype=torch.long)  # the node each row of `edges` belongs to
-
-    def write(at: int, rows: Tensor) -> None:
-        if pieces is not None:
-            pieces.add(at, rows)
-        else:
-            edges[at : at + rows.shape[0], :logit_offset] = rows
+    rows = _Rows(n_active, n_layers, n_pos, n_logits, n_keep, as_sparse)
 
     # Phase 3: logit attribution
-    for i in range(0, n_logits, batch_size):
-        vec = vecs[i : i + batch_size]
-        layers = torch.full((vec.shape[0],), n_layers)
-        at = logit_offset + i if direct else i
-        write(at, sources.rows(layers, torch.full_like(layers, n_pos - 1), vec))
-        row_node[i : i + vec.shape[0]] = torch.arange(i, i + vec.shape[0]) + logit_offset
+    _logit_attribution(sources, rows, vecs, n_layers, n_pos, batch_size)
 
     # Phase 4: feature attribution (by influence when max_feature_nodes limits them)
-    st, visited = n_logits, torch.zeros(n_active, dtype=torch.bool)
-    encoders = sources.encoder_rows()
-    bar = tqdm(total=n_keep, desc="Feature attribution", disable=not verbose)
-    while int(visited.sum()) < n_keep:
-        if direct:
-            pending = torch.arange(n_active)
-        else:
-            influence = _partial_influence(edges[:st], probs, row_node[:st])[:n_active]
-            ranked = torch.argsort(influence, descending=True)
-            pending = ranked[~visited[ranked]][: min(update_interval * batch_size, n_keep - int(visited.sum()))]
-        for batch in pending.split(batch_size):
-            rows = sources.rows(active[batch, 0], active[batch, 1], encoders[batch])
-            # direct: pending is 0..n_active-1 in order: the batch's nodes are a run of rows
-            write(int(batch[0]) if direct else st, rows)
-            row_node[st : st + len(batch)] = batch
-            visited[batch] = True
-            st += len(batch)
-            bar.update(len(batch))
-    bar.close()
+    visited = _feature_attribution(sources, rows, active, probs, batch_size, update_interval, verbose)
 
     # Phase 5: assemble the graph
     selected = torch.where(visited)[0]
-    if pieces is not None:
-        adjacency = pieces.to_csr()
-    elif direct:
-        adjacency = edges
-    else:
-        keep = torch.cat([selected, torch.arange(n_active, total)])
-        order = row_node.argsort()  # feature rows by node (selected is sorted), then the logits
-        n_nodes = keep.shape[0]
-        adjacency = torch.zeros(n_nodes, n_nodes)
-        adjacency[:n_keep] = edges[order[:n_keep]][:, keep]
-        adjacency[n_nodes - n_logits :] = edges[order[n_keep:]][:, keep]
-        del edges
+    adjacency = rows.adjacency(selected)
     tok = getattr(model, "tokenizer", None)
     return AttributionGraph(
         input_string=str(model.to_string(tokens)) if tok is not None else "",
@@ -197,6 +130,115 @@ def attribute(
         cfg=model.cfg,
         vocab_size=int(model.cfg.d_vocab),
     )
+
+
+def _check_options(
+    max_n_logits: Any,
+    desired_logit_prob: Any,
+    max_feature_nodes: Any,
+    batch_size: Any,
+    update_interval: Any,
+    sparse: Any,
+    device: torch.device,
+) -> int:
+    """Refuse `attribute`'s options out of range, by name; returns the batch size (None: by `device`)."""
+    check_int_in_range(max_n_logits, "max_n_logits", 1, None, caller=_CALLER)
+    if isinstance(desired_logit_prob, bool) or not isinstance(desired_logit_prob, (int, float)):
+        raise TypeError(f"{_CALLER}: desired_logit_prob={desired_logit_prob!r}: expected a number in (0, 1]")
+    if not 0 < desired_logit_prob <= 1:
+        raise ValueError(f"{_CALLER}: desired_logit_prob={desired_logit_prob!r}: expected a number in (0, 1]")
+    if max_feature_nodes is not None:
+        check_int_in_range(max_feature_nodes, "max_feature_nodes", 1, None, caller=_CALLER)
+    if batch_size is None:
+        batch_size = 16 if device.type == "cpu" else 128
+    check_int_in_range(batch_size, "batch_size", 1, None, caller=_CALLER)
+    check_int_in_range(update_interval, "update_interval", 1, None, caller=_CALLER)
+    if sparse is not None and not isinstance(sparse, bool):
+        raise TypeError(f"{_CALLER}: sparse={sparse!r}: expected True, False or None")
+    return batch_size  # type: ignore[no-any-return]
+
+
+class _Rows:
+    """Phases 3 to 5's rows of direct effects. Every feature a node (`direct`): each row is written straight
+    into the adjacency at its node's place (one dense [nodes, nodes] matrix in memory), or its non-zeros kept
+    (sparse). A subset: rows kept as visited, then assembled (rows x all sources)."""
+
+    def __init__(self, n_active: int, n_layers: int, n_pos: int, n_logits: int, n_keep: int, as_sparse: bool):
+        self.n_active, self.n_logits, self.n_keep = n_active, n_logits, n_keep
+        self.logit_offset = n_active + (n_layers + 1) * n_pos
+        self.total = total = self.logit_offset + n_logits
+        self.direct = direct = n_keep == n_active
+        self.pieces = RowPieces(total) if as_sparse else None
+        self.edges = torch.zeros(0 if as_sparse else (total if direct else n_keep + n_logits), total)
+        self.row_node = torch.zeros(n_keep + n_logits, dtype=torch.long)  # the node each row of `edges` belongs to
+
+    def write(self, at: int, rows: Tensor) -> None:
+        if self.pieces is not None:
+            self.pieces.add(at, rows)
+        else:
+            self.edges[at : at + rows.shape[0], : self.logit_offset] = rows
+
+    def adjacency(self, selected: Tensor) -> Tensor:
+        """Phase 5: `adjacency_matrix[target, source]` of the nodes (`selected`: the visited features)."""
+        if self.pieces is not None:
+            return self.pieces.to_csr()
+        if self.direct:
+            return self.edges
+        n_keep, n_logits = self.n_keep, self.n_logits
+        keep = torch.cat([selected, torch.arange(self.n_active, self.total)])
+        order = self.row_node.argsort()  # feature rows by node (selected is sorted), then the logits
+        n_nodes = keep.shape[0]
+        adjacency = torch.zeros(n_nodes, n_nodes)
+        adjacency[:n_keep] = self.edges[order[:n_keep]][:, keep]
+        adjacency[n_nodes - n_logits :] = self.edges[order[n_keep:]][:, keep]
+        del self.edges
+        return adjacency
+
+
+def _logit_attribution(
+    sources: _Sources, rows: _Rows, vecs: Tensor, n_layers: int, n_pos: int, batch_size: int
+) -> None:
+    """Phase 3: one backward pass per batch of logit targets, read at ln_final's output at the last position."""
+    for i in range(0, rows.n_logits, batch_size):
+        vec = vecs[i : i + batch_size]
+        layers = torch.full((vec.shape[0],), n_layers)
+        at = rows.logit_offset + i if rows.direct else i
+        rows.write(at, sources.rows(layers, torch.full_like(layers, n_pos - 1), vec))
+        rows.row_node[i : i + vec.shape[0]] = torch.arange(i, i + vec.shape[0]) + rows.logit_offset
+
+
+def _feature_attribution(
+    sources: _Sources,
+    rows: _Rows,
+    active: Tensor,
+    probs: Tensor,
+    batch_size: int,
+    update_interval: int,
+    verbose: bool,
+) -> Tensor:
+    """Phase 4: the rows of the feature targets (every active feature, or the `n_keep` most influential,
+    re-ranked every `update_interval` batches); returns the `[n_active]` mask of the features visited."""
+    n_active, n_keep, direct = rows.n_active, rows.n_keep, rows.direct
+    st, visited = rows.n_logits, torch.zeros(n_active, dtype=torch.bool)
+    encoders = sources.encoder_rows()
+    bar = tqdm(total=n_keep, desc="Feature attribution", disable=not verbose)
+    while int(visited.sum()) < n_keep:
+        if direct:
+            pending = torch.arange(n_active)
+        else:
+            influence = _partial_influence(rows.edges[:st], probs, rows.row_node[:st])[:n_active]
+            ranked = torch.argsort(influence, descending=True)
+            pending = ranked[~visited[ranked]][: min(update_interval * batch_size, n_keep - int(visited.sum()))]
+        for batch in pending.split(batch_size):
+            batch_rows = sources.rows(active[batch, 0], active[batch, 1], encoders[batch])
+            # direct: pending is 0..n_active-1 in order: the batch's nodes are a run of rows
+            rows.write(int(batch[0]) if direct else st, batch_rows)
+            rows.row_node[st : st + len(batch)] = batch
+            visited[batch] = True
+            st += len(batch)
+            bar.update(len(batch))
+    bar.close()
+    return visited
 
 
 class _Sources:

@@ -1,13 +1,10 @@
 """An attribution graph as circuit-tracer's graph JSON (what its `create_graph_files` writes for one graph).
 
 The file holds `metadata` (slug, scan, transcoder_list, prompt_tokens, prompt, node_threshold,
-schema_version), `qParams` (the viewer's empty initial state), `nodes` and `links`, in the schema of
-circuit-tracer's frontend (`circuit_tracer.frontend.graph_models.Model`), so its viewer and Neuronpedia's
-read it. The graph is pruned first (`prune_graph`); a node is written when it is kept and has a kept edge
-to or from another kept node (token embeddings and logits always); a link per kept edge between kept
-nodes, `{"source", "target", "weight"}` with the adjacency's weight, ordered by (target, source).
-
-Node records, as circuit-tracer writes them:
+schema_version), `qParams`, `nodes` and `links`, in the schema of circuit-tracer's frontend, so its viewer
+and Neuronpedia's read it. The graph is pruned first (`prune_graph`); a node is written when kept with a
+kept edge to or from another kept node (embeddings and logits always); a link `{"source", "target",
+"weight"}` per kept edge between kept nodes, by (target, source). Node records, as circuit-tracer's:
 
     feature    node_id "{layer}_{feature}_{pos}", feature = Cantor pairing of (layer, feature),
                feature_type "cross layer transcoder", influence, activation
@@ -16,18 +13,11 @@ Node records, as circuit-tracer writes them:
     logit      node_id "{n_layers + 1}_{token id}_{n_pos - 1}", layer "{n_layers + 1}", token_prob,
                is_target_logit for the first, clerp 'Output "{token}" (p=0.123)'
 
-`influence` is the node's cumulative influence share (`PruneResult.cumulative_scores`). Token text
-(prompt_tokens, a logit's clerp) is written as it is, as circuit-tracer writes it: the JSON escapes
-what JSON must, and a page that shows it must escape it for HTML itself (ours does).
-
-Differences from circuit-tracer (deliberate):
-- error node ids are "err_{layer}_{pos}": its "0_{layer}_{pos}" is also the id of layer 0's feature
-  `layer` at `pos`, so two nodes shared one id (the schema takes any string; its viewer uses the id as
-  an opaque key). Its jsNodeId for errors ("{layer}_{pos}-0") is kept: the viewer does not read it.
-- a list of transcoder names as `scan` becomes "custom-" + the first 16 hex digits of the SHA-256 of the
-  names joined by "-" (it uses Python's `hash`, which changes from one process to the next).
-- it writes one file at `path`, atomically; circuit-tracer writes `{slug}.json` in a folder and adds the
-  metadata to that folder's `graph-metadata.json` (its local server's index).
+`influence` is the cumulative influence share (`PruneResult.cumulative_scores`). Token text is written as
+it is (a page that shows it must escape it for HTML). Unlike circuit-tracer: error node ids are
+"err_{layer}_{pos}" (its "0_{layer}_{pos}" is also a layer-0 feature's id); a list of transcoder names as
+`scan` becomes "custom-" + 16 hex digits of the SHA-256 of the names joined by "-" (it uses Python's
+`hash`); one file is written at `path`, atomically (no folder index).
 """
 
 from __future__ import annotations

@@ -1,33 +1,18 @@
 """Feature interventions: set transcoder features to chosen values and see what the model does --
 circuit-tracer's `feature_intervention` and `feature_intervention_generate`, on our hook points.
 
-The transcoders are spliced in with the error term (`model.transcoders(tcs, use_error_term=True)`), so
-the model computes exactly what it computes without them, and a hook at each intervened layer's
-`blocks.L.hook_mlp_out.hook_sae_acts_post` moves the chosen features: the splice then writes
-`(new - current activation) x W_dec` more into that layer's MLP output (a CLT: into the outputs of that
-layer and every later one), the real MLPs, attention and LayerNorms running as usual. circuit-tracer's
-definitions, kept:
-
-- an intervention is `(layer, pos, feature, value)`; `pos` an int, a slice or a tensor of positions,
-  `feature` an int or a tensor of features; later ones at the same place win;
-- the current activation is the transcoder's reading in the intervened run itself (effects of earlier
-  layers' interventions included), with position 0 (the BOS) read as 0, as circuit-tracer zeroes it;
-- `freeze_attention=True` (with any intervention) holds every attention pattern at its value in the
-  clean run; LayerNorm scales and MLPs are not frozen;
-- the activations returned are the transcoders' readings of the intervened run, `[n_layers, pos, d_sae]`
-  (position 0 zeroed; `apply_activation_function=False`: the pre-activations): read from each layer's
-  input, so an intervened layer shows what it read (earlier interventions' effects), not the values set;
-- generation: the first step (the whole prompt) carries every intervention (and the frozen patterns);
-  each new token carries the open-ended ones (`pos` a slice with no stop, e.g. `slice(1, None)`), on
-  its own reading, not frozen. Logits returned: one row per generated token.
-
-- `constrained_layers` (first pass only): in those layers the MLP output is the clean run's plus the
-  change of the transcoders' skip term, each intervention moves its feature from its clean reading (its
-  effects do not propagate through the transcoders), and only those layers take decoder rows (a CLT
-  writes only into them); if they are all layers, every LayerNorm scale is the clean run's too (direct
-  effects). Attention patterns are held whenever constrained_layers is set.
-
-The prompt is read as `attribute` reads it (a BOS put first unless the prompt starts with one).
+The transcoders are spliced in with the error term, so the model computes exactly what it computes without
+them, and a hook at each intervened layer's `blocks.L.hook_mlp_out.hook_sae_acts_post` moves the chosen
+features: `(new - current) x W_dec` more goes into that layer's MLP output (a CLT's: that and later layers').
+circuit-tracer's definitions, kept: an intervention is `(layer, pos, feature, value)` (`pos` an int, slice
+or tensor; `feature` an int or tensor; later ones at the same place win); the current activation is the
+transcoder's reading in the intervened run, position 0 (the BOS) read as 0; `freeze_attention=True` holds
+every attention pattern at the clean run's (not LayerNorm scales or MLPs); the activations returned are the
+readings of the intervened run `[n_layers, pos, d_sae]` (what each layer read, not the values set);
+generation: the first step carries every intervention, each new token the open-ended ones (`pos` a slice
+with no stop), unfrozen, one logits row per token; `constrained_layers` (first pass only): those layers'
+MLP outputs are the clean run's plus the change of the skip term, only they take decoder rows, patterns
+held (all layers: LayerNorm scales too: direct effects). The prompt is read as `attribute` reads it.
 
 Example (tiny-gpt2 and its shipped transcoders):
     >>> from interp_gpt import GPT
@@ -36,8 +21,6 @@ Example (tiny-gpt2 and its shipped transcoders):
     >>> model = GPT.from_pretrained("tiny-gpt2")
     >>> tcs = shipped_transcoders(model)
     >>> logits, acts = feature_intervention(model, "The cat sat on the", tcs, [(1, -1, 3, 5.0)])
-    >>> acts.shape == (model.cfg.n_layers, logits.shape[1], tcs[0].d_sae)
-    True
     >>> text, step_logits, acts = feature_intervention_generate(
     ...     model, "The cat sat on the", tcs, [(1, slice(1, None), 3, 5.0)], max_new_tokens=3)
     >>> step_logits.shape[0]

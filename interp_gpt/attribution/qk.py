@@ -1,40 +1,17 @@
 """QK attribution: why a head attends where it does -- its pre-softmax score at (query, key) split exactly
-into query-side and key-side terms of the local replacement model (beyond circuit-tracer; its issue #53,
-after "Tracing Attention Computation Through Feature Interactions",
-https://transformer-circuits.pub/2025/attention-qk/index.html).
+into query-side and key-side terms of the local replacement model (beyond circuit-tracer: its issue #53,
+after https://transformer-circuits.pub/2025/attention-qk/index.html).
 
-In the local replacement model (attention patterns and LayerNorm scales frozen, MLPs replaced by the
-transcoders plus error nodes; see replacement.py) the residual stream entering layer `layer` at a position
-is a sum of terms, each a vector of `d_model`:
+The residual stream entering `layer` (replacement.py's model: patterns and LayerNorm scales frozen) is a
+sum of terms: `embed`, `pos_embed`, `head L.H` (an earlier head's output z @ W_O, kept as its own term),
+`attn_bias L` (b_O), `feature L.F` (activation x decoder row), `tc_bias L` (b_dec), `skip L` (the
+transcoder's skip term), `error L` (hook_mlp_out minus the reconstruction). No position is zeroed (the BOS
+is often where heads look). With ln1's scale frozen each term goes through ln1 and W_Q (W_K) alone, ln1.b
+with b_Q (b_K) one more term, "bias"; so `score = q . k / sqrt(d_head) = matrix.sum()`, `matrix[i, j] =
+q_i . k_j / sqrt(d_head)`: the head's `hook_attn_scores` at (query_pos, key_pos) to float error. A row's
+sum is the change in the score when that query-side term is removed (the key side held); a column's likewise.
 
-    embed              the token embedding (hook_embed)
-    pos_embed          the position embedding (hook_pos_embed)
-    head L.H           for each earlier layer L and head H, that head's output there: z[pos, H] @ W_O[H].
-                       With frozen patterns it is linear in earlier residuals; it is kept as its own term
-                       (not pushed through to the features and embeddings that fed its values), so the
-                       split names the heads that move information into the position
-    attn_bias L        b_O of layer L
-    feature L.F        for each active feature F of layer L (or a cross-layer transcoder's layer L), its
-                       activation times its decoder row(s) into the layers below `layer`
-    tc_bias L          the transcoder's b_dec (its reconstruction of zero activations, less the skip)
-    skip L             its skip term on its input (zero without a skip): linear in the residual below
-                       it, kept as its own term like the heads' outputs
-    error L            hook_mlp_out minus the transcoder's reconstruction (what the transcoder misses)
-
-No position is zeroed here (attribute() zeroes the BOS's features; the BOS is often where heads look, so
-its terms are kept). ln1 is linear once its scale is frozen: centring applies to each term, the scale
-divides each term, and ln1's `b` with the head's `b_Q` (`b_K`) is one more term, "bias". So
-
-    q = sum_i q_i,  q_i = (t_i - mean(t_i)) / scale_q * w @ W_Q[head]    (+ the "bias" term ln1.b @ W_Q + b_Q)
-    k = sum_j k_j   likewise at the key position
-    score = q . k / sqrt(d_head) = sum_ij matrix[i, j],  matrix[i, j] = q_i . k_j / sqrt(d_head)
-
-and `matrix.sum()` is the head's `hook_attn_scores` at (query_pos, key_pos) to float error. A query-side
-term's contribution (its row's sum) is the change in the score when that term is removed from the
-residual at the query position (the key side held), and a key-side term's (its column's sum) likewise.
-
-Example (tiny-gpt2, an induction prompt: the induction head L1H0 at the second occurrence of a token looks
-at the token after its first occurrence):
+Example (tiny-gpt2; induction head L1H0 at a token's second occurrence looks after its first occurrence):
     >>> import torch
     >>> from interp_gpt import GPT
     >>> from interp_gpt.attribution import qk_attribution
@@ -47,9 +24,6 @@ at the token after its first occurrence):
     True
     >>> [label for label, contribution in qk.top_key_terms(3)]  # the key side: layer 0 (L0H0 is the prev-token head)
     ['skip 0', 'tc_bias 0', 'head 0.0']
-    >>> key_layer0 = sum(c for t, c in zip(qk.key_terms, qk.key_contributions.tolist()) if t.layer == 0)
-    >>> key_layer0 > 0.9 * qk.score
-    True
 """
 
 from __future__ import annotations

@@ -1,28 +1,16 @@
 """`graph_page`: an attribution graph as one offline HTML page to explore it (circuit-tracer's viewer's job).
 
-The page draws the graph's nodes by layer (rows: token embeddings at the bottom, each layer's features
-and error nodes above, the logits on top) and token position (columns), its edges as lines whose width
-is the weight's size and whose colour its sign (orange: positive, blue: negative). It has:
-
-- two sliders, the node and the edge threshold, that prune the drawing live by `prune_graph`'s rule
-  (the page reruns that rule in JavaScript on the influences and weights it holds: the nodes and edges
-  it draws at any thresholds are `prune_graph`'s masks at those thresholds, within float rounding);
-- a detail panel (hover a node; click it to keep it there): its kind, layer, position, feature,
-  activation, influence, its strongest input and output edges, and for a feature, with `model` and
-  `transcoders`, the tokens its decoder row promotes and suppresses through the unembedding (no
-  ln_final, no b_U: `sae/features.py`'s convention) and, with `contexts`, where it fires most;
-- pins (click a node) and supernodes (name the pinned nodes as a group), kept in the browser's
-  localStorage under the graph's slug, and downloadable / uploadable as JSON.
-
-The page is one file: its script and style inline, its data a JSON block (every `<` escaped, so no
-token text can close it), every string put in the page as text, never as markup, and a
-Content-Security-Policy that forbids every request (`plots/page.py`'s): it opens offline.
-
-Its size is bounded: it holds the nodes `prune_graph` ranks within `max_node_threshold` (0.99) of the
-total influence, at most `max_nodes` of them, plus every token embedding and logit, and every edge among
-them (all of them: pruning renormalises the kept nodes' inputs, so an edge the sliders hide still counts).
-The node slider goes up to `max_node_threshold` (lower when `max_nodes` cuts in: the page says so), the
-edge slider up to 0.999 (at 1.0 `prune_graph` may keep zero-weight entries).
+The page draws the nodes by layer (rows: embeddings at the bottom, features and error nodes by layer, logits
+on top) and position (columns), the edges as lines (width: the weight's size; orange positive, blue
+negative). Two sliders, node and edge threshold, prune the drawing live by `prune_graph`'s rule (rerun in
+JavaScript: its masks, within float rounding); a detail panel shows a node's kind, place, activation,
+influence and strongest edges, and for a feature, with `model` and `transcoders`, the tokens its decoder
+row promotes and suppresses through the unembedding (no ln_final, no b_U) and, with `contexts`, where it
+fires most; pins and supernodes are kept in localStorage under the graph's slug, as JSON to download.
+The page is one file with its data a JSON block (every `<` escaped), text never put in as markup, and a
+Content-Security-Policy that forbids every request: it opens offline. It holds the nodes `prune_graph`
+ranks within `max_node_threshold` (0.99) of the influence, at most `max_nodes`, plus every embedding and
+logit, and every edge among them; the edge slider goes up to 0.999.
 
 Example (tiny-gpt2 and its shipped transcoders):
     >>> from interp_gpt import GPT
@@ -40,10 +28,12 @@ from __future__ import annotations
 
 import hashlib
 import html
+import inspect
 import json
 import os
 import re
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import torch
@@ -116,85 +106,39 @@ def _held_edges(adj: Tensor, held: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     return held_index[targets], held_index[sources], sub[targets, sources]
 
 
-def page_data(
-    graph: AttributionGraph,
-    *,
-    model: Any = None,
-    transcoders: Any = None,
-    contexts: Tensor | None = None,
-    slug: str | None = None,
-    title: str | None = None,
-    node_threshold: float = 0.8,
-    edge_threshold: float = 0.98,
-    max_node_threshold: float = 0.99,
-    max_nodes: int = 600,
-    n_tokens: int = 8,
-    n_contexts: int = 5,
-) -> dict[str, Any]:
-    """What `graph_page` embeds in the page, as a dict (see `graph_page` for the arguments).
+def page_data(graph: AttributionGraph, **options: Any) -> dict[str, Any]:
+    """What `graph_page` embeds in the page, as a dict; `options` are `graph_page`'s keyword arguments
+    (model, transcoders, contexts, slug, title, node_threshold, ...), with its defaults.
 
     `nodes`: one record per node held (id as in `to_json`, kind, layer, pos, feature, activation,
     influence (the raw influence prune_graph ranks by), cumulative (its cumulative share), label, token,
     prob; promoted / suppressed / contexts for features when computed); `edges`: a flat list
     `[source, target, weight, ...]` of every non-zero adjacency entry among them (indices into `nodes`)."""
-    check_graph(graph, _CALLER)
-    max_node_threshold = check_float(max_node_threshold, "max_node_threshold", 0.0, 1.0, _CALLER)
-    node_threshold = check_float(node_threshold, "node_threshold", 0.0, max_node_threshold, _CALLER)
-    edge_threshold = check_float(edge_threshold, "edge_threshold", 0.0, EDGE_MAX, _CALLER)
-    max_nodes = check_int_in_range(max_nodes, "max_nodes", 1, None, caller=_CALLER)
-    n_tokens = check_int_in_range(n_tokens, "n_tokens", 1, None, caller=_CALLER)
-    n_contexts = check_int_in_range(n_contexts, "n_contexts", 1, None, caller=_CALLER)
-    for name, value in (("slug", slug), ("title", title)):
-        if value is not None and (not isinstance(value, str) or not value.strip()):
-            raise (TypeError if not isinstance(value, str) else ValueError)(
-                f"{_CALLER}: {name}={value!r}: expected a non-empty string (or None)"
-            )
-    if model is not None and not hasattr(model, "cfg"):
-        raise TypeError(f"{_CALLER}: model: expected a GPT (or None), got {type(model).__name__}")
-    if model is not None and (model.cfg.n_layers, model.cfg.d_vocab) != (graph.cfg.n_layers, graph.vocab_size):
-        raise ValueError(
-            f"{_CALLER}: model has {model.cfg.n_layers} layers and a {model.cfg.d_vocab}-token vocabulary; the graph "
-            f"was made on {graph.cfg.n_layers} layers and {graph.vocab_size} tokens: pass the graph's model"
-        )
+    # Phase 1: the arguments
+    o = _check_options(graph, options)
 
-    _, edge_mask, cumulative = prune_graph(graph, node_threshold, edge_threshold)
+    # Phase 2: the nodes the page holds (prune_graph's rule, bounded by max_node_threshold and max_nodes)
+    _, edge_mask, cumulative = prune_graph(graph, o.node_threshold, o.edge_threshold)
     adj, logit_weights = dense_adjacency(graph, _CALLER)
     influence = node_influences(row_normalized(adj), logit_weights, _CALLER)  # what prune_graph ranks by
-    held, node_top = _floor(graph, influence, max_node_threshold, max_nodes)
-    if node_threshold > node_top:
+    held, node_top = _floor(graph, influence, o.max_node_threshold, o.max_nodes)
+    if o.node_threshold > node_top:
         raise ValueError(
-            f"{_CALLER}: node_threshold={node_threshold} needs more than max_nodes={max_nodes} nodes (the page's "
+            f"{_CALLER}: node_threshold={o.node_threshold} needs more than max_nodes={o.max_nodes} nodes (the page's "
             f"node slider reaches {node_top:.4f}); raise max_nodes or lower node_threshold"
         )
+
+    # Phase 3: their records, with the features' details
     records = graph_nodes(graph, held, cumulative)
     index = sorted(records)
-    tokens = _token_text(model, graph.input_tokens.tolist())
+    tokens = _token_text(o.model, graph.input_tokens.tolist())
     extras = feature_details(
-        graph, [records[i] for i in index], model, transcoders, contexts, n_tokens, n_contexts, _CALLER
+        graph, [records[i] for i in index], o.model, o.transcoders, o.contexts, o.n_tokens, o.n_contexts, _CALLER
     )
-    nodes = []
     n_layers = int(graph.cfg.n_layers)
-    for i in index:
-        r = records[i]
-        kind = _KINDS.get(r["feature_type"], "logit")
-        layer = -1 if kind == "embedding" else n_layers if kind == "logit" else int(r["layer"])
-        node: dict[str, Any] = {
-            "id": r["node_id"], "kind": kind, "layer": layer, "pos": int(r["ctx_idx"]),
-            "influence": _f32(float(influence[i])), "cumulative": _f32(float(cumulative[i])),
-        }  # fmt: skip
-        if kind == "feature":
-            node.update(feature=int(r["node_id"].split("_")[1]), activation=_f32(r["activation"]))
-            node.update(extras.get((layer, node["feature"]), {}))
-            node["label"] = f"L{layer} #{node['feature']}"
-        elif kind == "error":
-            node["label"] = f"error L{layer}"
-        elif kind == "embedding":
-            node["label"], node["token"] = f"emb {tokens[node['pos']]!r}", tokens[node["pos"]]
-        else:
-            k = i - (adj.shape[0] - graph.n_logits)
-            node.update(token=graph.logit_targets[k].token_str, prob=_f32(float(graph.logit_probabilities[k])))
-            node["label"] = r["clerp"]
-        nodes.append(node)
+    nodes = [_node_record(graph, records[i], i, adj.shape[0], influence, cumulative, tokens, extras) for i in index]
+
+    # Phase 4: the edges among them
     where = {node: j for j, node in enumerate(index)}
     targets, sources, weights = _held_edges(adj.cpu(), held.cpu())
     edges: list[float | int] = []
@@ -202,24 +146,86 @@ def page_data(
         edges += [where[s], where[t], _f32(w)]
     return {
         "schema": 1,
-        "slug": slug or default_slug(graph),
-        "title": title or "attribution graph",
+        "slug": o.slug or default_slug(graph),
+        "title": o.title or "attribution graph",
         "prompt": graph.input_string,
         "tokens": tokens,
         "scan": graph.scan if isinstance(graph.scan, str) else None,
         "n_layers": n_layers,
         "n_pos": graph.n_pos,
-        "node_threshold": node_threshold,
-        "edge_threshold": edge_threshold,
+        "node_threshold": o.node_threshold,
+        "edge_threshold": o.edge_threshold,
         "node_max": _f32(node_top),
         "edge_max": EDGE_MAX,
-        "max_nodes_cut": node_top < max_node_threshold,
+        "max_nodes_cut": node_top < o.max_node_threshold,
         "n_graph_nodes": int(adj.shape[0]),
         "n_graph_edges": int((adj.values() != 0).sum()) if is_sparse(adj) else int((adj != 0).sum()),
         "n_kept_edges": int(edge_mask.values().sum()) if is_sparse(edge_mask) else int(edge_mask.sum()),
         "nodes": nodes,
         "edges": edges,
     }
+
+
+def _check_options(graph: AttributionGraph, options: dict[str, Any]) -> SimpleNamespace:
+    """`page_data`'s graph and options checked, by name; the options (`graph_page`'s keyword arguments, its
+    defaults filled in) as attributes, the numbers as checked."""
+    bound = inspect.signature(graph_page).bind(graph, "", **options)
+    bound.apply_defaults()
+    o = SimpleNamespace(**{k: v for k, v in bound.arguments.items() if k not in ("graph", "path")})
+    check_graph(graph, _CALLER)
+    o.max_node_threshold = check_float(o.max_node_threshold, "max_node_threshold", 0.0, 1.0, _CALLER)
+    o.node_threshold = check_float(o.node_threshold, "node_threshold", 0.0, o.max_node_threshold, _CALLER)
+    o.edge_threshold = check_float(o.edge_threshold, "edge_threshold", 0.0, EDGE_MAX, _CALLER)
+    o.max_nodes = check_int_in_range(o.max_nodes, "max_nodes", 1, None, caller=_CALLER)
+    o.n_tokens = check_int_in_range(o.n_tokens, "n_tokens", 1, None, caller=_CALLER)
+    o.n_contexts = check_int_in_range(o.n_contexts, "n_contexts", 1, None, caller=_CALLER)
+    for name, value in (("slug", o.slug), ("title", o.title)):
+        if value is not None and (not isinstance(value, str) or not value.strip()):
+            raise (TypeError if not isinstance(value, str) else ValueError)(
+                f"{_CALLER}: {name}={value!r}: expected a non-empty string (or None)"
+            )
+    model = o.model
+    if model is not None and not hasattr(model, "cfg"):
+        raise TypeError(f"{_CALLER}: model: expected a GPT (or None), got {type(model).__name__}")
+    if model is not None and (model.cfg.n_layers, model.cfg.d_vocab) != (graph.cfg.n_layers, graph.vocab_size):
+        raise ValueError(
+            f"{_CALLER}: model has {model.cfg.n_layers} layers and a {model.cfg.d_vocab}-token vocabulary; the graph "
+            f"was made on {graph.cfg.n_layers} layers and {graph.vocab_size} tokens: pass the graph's model"
+        )
+    return o
+
+
+def _node_record(
+    graph: AttributionGraph,
+    r: dict[str, Any],
+    i: int,
+    n_nodes: int,
+    influence: Tensor,
+    cumulative: Tensor,
+    tokens: list[str],
+    extras: dict[tuple[int, int], dict[str, Any]],
+) -> dict[str, Any]:
+    """The page's record of node `i` (`r`: its `graph_nodes` record)."""
+    n_layers = int(graph.cfg.n_layers)
+    kind = _KINDS.get(r["feature_type"], "logit")
+    layer = -1 if kind == "embedding" else n_layers if kind == "logit" else int(r["layer"])
+    node: dict[str, Any] = {
+        "id": r["node_id"], "kind": kind, "layer": layer, "pos": int(r["ctx_idx"]),
+        "influence": _f32(float(influence[i])), "cumulative": _f32(float(cumulative[i])),
+    }  # fmt: skip
+    if kind == "feature":
+        node.update(feature=int(r["node_id"].split("_")[1]), activation=_f32(r["activation"]))
+        node.update(extras.get((layer, node["feature"]), {}))
+        node["label"] = f"L{layer} #{node['feature']}"
+    elif kind == "error":
+        node["label"] = f"error L{layer}"
+    elif kind == "embedding":
+        node["label"], node["token"] = f"emb {tokens[node['pos']]!r}", tokens[node["pos"]]
+    else:
+        k = i - (n_nodes - graph.n_logits)
+        node.update(token=graph.logit_targets[k].token_str, prob=_f32(float(graph.logit_probabilities[k])))
+        node["label"] = r["clerp"]
+    return node
 
 
 def _json_for_script(data: dict[str, Any]) -> str:

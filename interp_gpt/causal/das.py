@@ -16,7 +16,7 @@ random models and fits arbitrary labels (Arora et al., 2024).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import torch
@@ -30,11 +30,9 @@ from ..checks import check_float, check_int, check_int_in_range, check_type
 from .interchange import (
     Positions,
     TaskLogits,
-    check_gpt,
-    check_hook,
     check_position_pair,
+    check_runs,
     check_strength,
-    check_token_rows,
     chunks,
     collect_activations,
     intervened,
@@ -124,23 +122,8 @@ def fit_das(
         torch.Size([128, 1])
     """
     caller = "fit_das"
-    model = check_gpt(model, caller)
-    hook = check_hook(model, hook, caller)
-    base = check_token_rows(model, base, "base", caller)
-    source = check_token_rows(model, source, "source", caller)
-    targets = check_type(targets, Tensor, "targets", "a tensor of class indices [batch]", caller)
-    if targets.is_floating_point() or targets.is_complex() or targets.dtype == torch.bool or targets.ndim != 1:
-        raise TypeError(
-            f"{caller}: targets must be class indices [batch] (integers), got {targets.dtype} {tuple(targets.shape)}"
-        )
-    if not len(base) == len(source) == len(targets):
-        raise ValueError(
-            f"{caller}: base, source and targets must have one row per pair, got {len(base)}, {len(source)}, {len(targets)}"
-        )
-    if not callable(task_logits):
-        raise TypeError(
-            f"{caller}: task_logits must be a function tokens -> [batch, n_classes], got {type(task_logits).__name__}"
-        )
+    model, hook, base, source = check_runs(model, hook, base, source, caller)
+    targets = _check_targets(targets, base, source, task_logits, caller)
     rank = check_int_in_range(rank, "rank", 1, None, caller=caller)
     epochs = check_int_in_range(epochs, "epochs", 1, None, caller=caller)
     batch_size = check_int_in_range(batch_size, "batch_size", 1, None, caller=caller)
@@ -166,10 +149,62 @@ def fit_das(
     subspace = _subspace(d, rank, seed).to(model.W_E.device)
     optimizer = torch.optim.Adam(subspace.parameters(), lr=lr)
 
+    # 3. the epochs
+    losses = _train(
+        model,
+        hook,
+        subspace,
+        optimizer,
+        rng,
+        (base, src, pos, labels),
+        task_logits,
+        epochs,
+        batch_size,
+        strength,
+        progress,
+    )
+    return DASResult(_weight(subspace).detach().clone(), tuple(losses), hook, rank)
+
+
+def _check_targets(targets: Any, base: Tensor, source: Tensor, task_logits: Any, caller: str) -> Tensor:
+    """Refuse targets that are no class indices, one per pair, or a task_logits that is no function."""
+    targets = check_type(targets, Tensor, "targets", "a tensor of class indices [batch]", caller)
+    if targets.is_floating_point() or targets.is_complex() or targets.dtype == torch.bool or targets.ndim != 1:
+        raise TypeError(
+            f"{caller}: targets must be class indices [batch] (integers), got {targets.dtype} {tuple(targets.shape)}"
+        )
+    if not len(base) == len(source) == len(targets):
+        raise ValueError(
+            f"{caller}: base, source and targets must have one row per pair, got {len(base)}, {len(source)}, {len(targets)}"
+        )
+    if not callable(task_logits):
+        raise TypeError(
+            f"{caller}: task_logits must be a function tokens -> [batch, n_classes], got {type(task_logits).__name__}"
+        )
+    return targets
+
+
+def _train(
+    model: GPT,
+    hook: str,
+    subspace: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    rng: np.random.Generator,
+    pairs: tuple[Tensor, Tensor, Tensor, Tensor],
+    task_logits: TaskLogits,
+    epochs: int,
+    batch_size: int,
+    strength: float,
+    progress: bool,
+) -> list[float]:
+    """Phase 3: the epochs of Adam on the cross-entropy of the interchanged runs' task logits against the
+    labels, the model's parameters frozen (and restored after); returns each epoch's mean loss. `pairs`:
+    (base tokens, source activations, base positions, labels)."""
+    base, src, pos, labels = pairs
+
     def intervention(h: Tensor, s: Tensor) -> Tensor:
         return h + subspace_move(h, s, _weight(subspace), strength)
 
-    # 3. the epochs
     flags = [p.requires_grad for p in model.parameters()]
     model.requires_grad_(False)
     losses = []
@@ -180,7 +215,7 @@ def fit_das(
             for part in chunks(len(order), batch_size):
                 idx = order[part]
                 optimizer.zero_grad()
-                logits = intervened(model, hook, intervention, base[idx], src[idx], pos[idx], task_logits, caller)
+                logits = intervened(model, hook, intervention, base[idx], src[idx], pos[idx], task_logits, "fit_das")
                 loss = F.cross_entropy(logits, labels[idx].to(logits.device), reduction="sum") / len(idx)
                 loss.backward()
                 total += loss.item() * len(idx)
@@ -189,4 +224,4 @@ def fit_das(
     finally:
         for p, flag in zip(model.parameters(), flags, strict=True):
             p.requires_grad_(flag)
-    return DASResult(_weight(subspace).detach().clone(), tuple(losses), hook, rank)
+    return losses

@@ -112,6 +112,16 @@ def check_hook(model: GPT, hook: Any, caller: str) -> str:
     return hook
 
 
+def check_runs(model: Any, hook: Any, base: Any, source: Any, caller: str) -> tuple[GPT, str, Tensor, Tensor]:
+    """(model, hook, base, source) checked, in that order: our GPT, one of its hooks, and the base and source
+    token rows on its device (what `interchange`, `norm_matched_placebo` and `fit_das` run)."""
+    model = check_gpt(model, caller)
+    hook = check_hook(model, hook, caller)
+    base = check_token_rows(model, base, "base", caller)
+    source = check_token_rows(model, source, "source", caller)
+    return model, hook, base, source
+
+
 def _rows(act: Tensor, pos: Tensor, hook: str, caller: str) -> Tensor:
     """The `[batch, d]` rows of `act` `[batch, pos, d]` at one position per row."""
     if act.ndim != 3:
@@ -198,10 +208,7 @@ def _run(
     batch_size: Any,
     make: Callable[[Tensor], Intervention],
 ) -> Tensor:
-    model = check_gpt(model, caller)
-    hook = check_hook(model, hook, caller)
-    base = check_token_rows(model, base, "base", caller)
-    source = check_token_rows(model, source, "source", caller)
+    model, hook, base, source = check_runs(model, hook, base, source, caller)
     if len(source) != len(base):
         raise ValueError(f"{caller}: source has {len(source)} rows, base {len(base)}: expected one source per base")
     check_strength(strength, caller)

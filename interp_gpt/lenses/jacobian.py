@@ -9,22 +9,12 @@ last block L-1, before `ln_final`, by one matrix per layer averaged over a corpu
 where V holds the positions `skip_first_positions .. seq_len - 2` (the first ones and the last one
 are left out). A vector h of layer l reads `ln_final(J[l] h) @ W_U + b_U`; J = I is the logit lens.
 
-The phases, for each prompt (the reference's, in its order; only the work each needs is done):
-
-1. tokens: text through `model.to_tokens` (BOS first), cut to `max_seq_len`; the last position is
-   then dropped (it is neither a source nor a target, and by causality nothing before it reads it);
-2. prefix: the positions before `skip_first_positions` run once, without gradients, for their keys
-   and values (a `KVCache`): no gradient reaches them, so the backward passes never visit them;
-3. forward: the valid positions, `dim_batch` copies, through the model's own blocks with a
-   `KVCache` on the prefix; a hook makes `resid_post` of the lowest source layer a leaf (so the
-   graph starts there: the weights are frozen for the fit), hooks keep the other sources' and the
-   target's `resid_post`, and the pass stops at the target (no `ln_final`, no unembedding); hooks on
-   `mlp.hook_pre` / `hook_post` give each MLP activation its derivative, computed once (`_Slope`);
-4. backward: `ceil(d_model / dim_batch)` vector-Jacobian products, copy b carrying a one-hot
-   cotangent for output dimension i + b at every valid target position, so the gradient at source
-   position t is the sum over targets t' >= t (causal attention gives the rest zero), for all source
-   layers at once;
-5. average: over the valid source positions (float32), then over prompts.
+The phases, for each prompt (the reference's order): 1. tokens (BOS first, cut to `max_seq_len`, the
+last position dropped); 2. prefix: the positions before `skip_first_positions` run once without
+gradients, into a `KVCache`; 3. forward: the valid positions, `dim_batch` copies, from a leaf at the
+lowest source layer's `resid_post` up to the target (no `ln_final`); 4. backward: `ceil(d_model /
+dim_batch)` vector-Jacobian products, one-hot cotangents at every valid target, for all source layers at
+once; 5. average: over the valid source positions (float32), then over prompts.
 
 Example:
     >>> from interp_gpt.lenses import jacobian_lens

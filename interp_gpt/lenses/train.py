@@ -126,20 +126,10 @@ def fit_tuned_lens(
         >>> lens_kl(lens, "data/corpus", context_size=32, max_windows=4).shape      # one KL per layer
         torch.Size([2])
     """
-    if not isinstance(model_or_lens, (GPT, TunedLens)):
-        raise TypeError(
-            f"fit_tuned_lens: model_or_lens must be a GPT or a TunedLens, got {type(model_or_lens).__name__}"
-        )
-    lens = model_or_lens if isinstance(model_or_lens, TunedLens) else TunedLens.from_model(model_or_lens)
+    lens, steps, batch_size, lr, momentum, max_grad_norm = _check_fit(
+        model_or_lens, steps, batch_size, lr, momentum, weight_decay, max_grad_norm
+    )
     model = lens.model
-    steps = check_int_in_range(steps, "steps", 1, None)
-    batch_size = check_int_in_range(batch_size, "batch_size", 1, None)
-    lr, max_grad_norm = check_float(lr, "lr", 0.0), check_float(max_grad_norm, "max_grad_norm", 0.0)
-    momentum = check_float(momentum, "momentum", 0.0, 1.0)  # Nesterov needs momentum > 0
-    if isinstance(weight_decay, bool) or not isinstance(weight_decay, (int, float)) or not 0 <= weight_decay < 1e300:
-        raise ValueError(
-            f"fit_tuned_lens: weight_decay={weight_decay!r} is out of range: expected a finite number >= 0"
-        )
     windows = lens_windows(model, data, context_size)
     n = windows.shape[0]
     if n < batch_size:
@@ -166,19 +156,8 @@ def fit_tuned_lens(
                 order = torch.randperm(n, generator=torch.Generator().manual_seed(seed + epoch))
             i = step % per_epoch
             batch = windows[order[i * batch_size : (i + 1) * batch_size]].to(device)
-            # 2. forward: the targets and every layer's input, one pass without gradients
-            with torch.no_grad():
-                logits, cache = model.run_with_cache(batch, names_filter=names)
-                log_p = logits.float().log_softmax(-1)
-                p = log_p.exp()
-            # 3. loss: KL(final || lens) per layer, back-propagated one layer at a time
-            opt.zero_grad(set_to_none=False)
-            total = 0.0
-            for layer, name in enumerate(names):
-                log_q = lens(cache[name], layer).float().log_softmax(-1)
-                kl = (p * (log_p - log_q)).sum(-1).mean()
-                kl.backward()
-                total += float(kl.detach())
+            # 2. forward and 3. loss
+            total = _kl_backward(lens, batch, names, opt)
             if not torch.isfinite(torch.tensor(total)):
                 raise FloatingPointError(f"fit_tuned_lens: step {step}: the KL is {total}; lower lr={lr}")
             # 4. step: clip, linear decay, SGD with Nesterov momentum
@@ -198,6 +177,43 @@ def fit_tuned_lens(
     if folder is not None:
         _save(lens, folder, done, opt, settings)
     return lens
+
+
+def _check_fit(
+    model_or_lens: Any, steps: Any, batch_size: Any, lr: Any, momentum: Any, weight_decay: Any, max_grad_norm: Any
+) -> tuple[TunedLens, int, int, float, float, float]:
+    """`fit_tuned_lens`' arguments checked, by name: (the lens, steps, batch_size, lr, momentum, max_grad_norm)."""
+    if not isinstance(model_or_lens, (GPT, TunedLens)):
+        raise TypeError(
+            f"fit_tuned_lens: model_or_lens must be a GPT or a TunedLens, got {type(model_or_lens).__name__}"
+        )
+    lens = model_or_lens if isinstance(model_or_lens, TunedLens) else TunedLens.from_model(model_or_lens)
+    steps = check_int_in_range(steps, "steps", 1, None)
+    batch_size = check_int_in_range(batch_size, "batch_size", 1, None)
+    lr, max_grad_norm = check_float(lr, "lr", 0.0), check_float(max_grad_norm, "max_grad_norm", 0.0)
+    momentum = check_float(momentum, "momentum", 0.0, 1.0)  # Nesterov needs momentum > 0
+    if isinstance(weight_decay, bool) or not isinstance(weight_decay, (int, float)) or not 0 <= weight_decay < 1e300:
+        raise ValueError(
+            f"fit_tuned_lens: weight_decay={weight_decay!r} is out of range: expected a finite number >= 0"
+        )
+    return lens, steps, batch_size, lr, momentum, max_grad_norm
+
+
+def _kl_backward(lens: TunedLens, batch: Tensor, names: list[str], opt: torch.optim.Optimizer) -> float:
+    """Phases 2 and 3 of a step: the targets and every layer's input in one pass without gradients, then
+    KL(final || lens) per layer, back-propagated one layer at a time; returns the sum of the KLs."""
+    with torch.no_grad():
+        logits, cache = lens.model.run_with_cache(batch, names_filter=names)
+        log_p = logits.float().log_softmax(-1)
+        p = log_p.exp()
+    opt.zero_grad(set_to_none=False)
+    total = 0.0
+    for layer, name in enumerate(names):
+        log_q = lens(cache[name], layer).float().log_softmax(-1)
+        kl = (p * (log_p - log_q)).sum(-1).mean()
+        kl.backward()
+        total += float(kl.detach())
+    return total
 
 
 @torch.no_grad()

@@ -1,33 +1,19 @@
 """Pictures of attention and of the residual stream, as plotly figures.
 
-Every function returns a `plotly.graph_objects.Figure` and never shows it: call
-`fig.show()` in a notebook, or `save_html(fig, "page.html")` for a self-contained page
-(plotly.js inside, works offline). The numbers come from `inspect.py`.
+Every function returns a `plotly.graph_objects.Figure` and never shows it: call `fig.show()` in a
+notebook, or `save_html(fig, "page.html")` for a self-contained page (plotly.js inside, works offline).
+The numbers come from `inspect.py`. Token text is escaped before plotly sees it (plotly reads `<b>`,
+`<br>` and `&...;` as markup), so a token such as `<script>` shows as text; positions are numbers on the
+axes, labelled with the tokens, so a repeated token keeps its own row. The figures, by module:
 
-    token_labels            string tokens made visible: " the" -> "␣the", "\\n" -> "↵"
-    attention_heatmap       one head's pattern, the tokens on both axes
-    attention_grid          every head of a layer
-    attention_viewer        every head of every layer, with a layer and a head menu
-    head_scores_heatmap     layer x head scores (previous-token, duplicate, induction ...)
-    logit_lens_heatmap      the top token and its probability at every layer and position
-    answer_lens_plot        one answer's probability and logit across layers
-    resid_norm_heatmap      the residual stream's norm at every layer and position
-    dla_bar                 direct logit attribution of every component
-    accumulated_resid_plot  the logit difference the stream holds at each layer
-    patching_heatmap        layer x position results of an activation-patching sweep
-    head_patching_heatmap   layer x head results of an activation-patching sweep
-    save_html               one self-contained, offline HTML file
-    circuit_graph           a circuit's nodes and edges (interp_gpt.circuits), layers top to bottom
-    faithfulness_plot       faithfulness against the number of edges kept
-    circuit_page            both in one figure, for one offline page
-
-Token text is escaped before plotly sees it (plotly reads `<b>`, `<br>` and `&...;` in
-labels as markup), so a token such as `<script>` shows as text and runs nothing. Positions
-are numbers on the axes, labelled with the tokens, so a repeated token keeps its own row.
-
-The modules, by job: `attention.py` (the attention figures), `layers.py` (numbers per
-layer: head scores, patching results, the residual stream), `page.py` (`save_html`), and
-`common.py` (colours, token labels, axes and heatmap panels every figure uses).
+    attention.py  attention_heatmap (one head), attention_grid (a layer's heads), attention_viewer (every
+                  head of every layer, with a layer and a head menu)
+    layers.py     head_scores_heatmap (layer x head), logit_lens_heatmap, answer_lens_plot,
+                  resid_norm_heatmap, dla_bar, accumulated_resid_plot, patching_heatmap (layer x position)
+                  and head_patching_heatmap (layer x head) of an activation-patching sweep
+    circuits.py   circuit_graph (interp_gpt.circuits' nodes and edges), faithfulness_plot, circuit_page
+    page.py       save_html: one self-contained, offline HTML file
+    common.py     token_labels (" the" -> "␣the", "\\n" -> "↵"), colours, axes and heatmap panels
 
 Example:
     >>> from interp_gpt import plots

@@ -2,32 +2,22 @@
 
 Layout of `out_dir`:
 
-    shard-r000-000000.safetensors   rank 0's first shard: one tensor per hook [rows, d_in] plus
-                                    `tokens` [rows] (int32 ids) and `token_index` [rows] (int64:
-                                    window * context_size + position, the row's place in the data)
+    shard-r000-000000.safetensors   rank 0's first shard: one tensor per hook [rows, d_in] plus `tokens`
+                                    [rows] (int32) and `token_index` [rows] (int64: window * context_size + pos)
     progress-r000.json              rank 0's finished shards (written after each; gone at the end)
     manifest.json                   written last, by rank 0 once every rank is done
 
-Order and determinism. Window `i` of the data (see text.py) goes to rank `i % world_size`; a
-rank's windows fill its shards in order, `shard_tokens // context_size` windows a shard. With
-`shuffle` a shard's rows are permuted by a generator seeded from (seed, rank, shard), so a shard
-depends on nothing but its own windows: a harvest killed half-way (an error, Ctrl-C, SIGKILL)
-resumes after the last shard its progress file records and writes the same bytes an
-uninterrupted harvest would. Without `shuffle` rows are in data order; in either case sorting
-all rows by `token_index` gives the single-process, unshuffled harvest, whatever the world size.
-Memory: three shards' bytes (one filling in data order; one being permuted, in the writer thread,
-into the file's bytes, and that one; reused from shard to shard): the forward's thread only copies rows
-in order, and serialising copies nothing (shardfile.py).
-
-Files go through `interp_gpt.files` (whole or not at all). The manifest records the hooks, d_in,
-dtype, tokens per shard and sha256 of each, the text's sha256, and the harvest's identity (the
-settings, the model with its weights, spliced SAEs and user hooks, the tokenizer: identity.py). A
-folder holding a harvest with another identity is refused, naming what differs; a resume, and a
-finished harvest before it is handed back, also compare the text's sha256.
-
-Nothing half-done: everything the last steps need (a process group matching the store's rank and
-world size, the same settings on every rank, one folder every rank sees) is checked before the
-first write; the reading thread and the writer thread are joined before `harvest` returns or raises.
+Window `i` of the data (text.py) goes to rank `i % world_size`, which fills its shards in order. With
+`shuffle` a shard's rows are permuted by a generator seeded from (seed, rank, shard), so a harvest killed
+half-way resumes after the last shard its progress file records and writes the same bytes; sorting all rows
+by `token_index` gives the single-process, unshuffled harvest, whatever the world size. Memory: three
+shards' bytes. The phases of `harvest`: 1. every check (settings, process group, folder), before the first
+write; 2. the folder and the shards already there; 3. the shards, written by a thread of their own while
+the next fills; 4. the manifest: the hooks, d_in, dtype, each shard's sha256, the text's sha256 and the
+harvest's identity (settings, model and weights, spliced SAEs, hooks, tokenizer: identity.py). A folder
+holding a harvest with another identity is refused, naming what differs; a resume or a finished harvest
+also compares the text's sha256. Files are written whole or not at all (`interp_gpt.files`), and every
+thread is joined before `harvest` returns or raises.
 
     >>> harvest(store, "acts/", n_tokens=1_000_000, shard_tokens=65_536)
     >>> acts = load_harvest("acts/")["blocks.1.hook_resid_pre"]
@@ -254,7 +244,7 @@ def harvest(
         >>> store = ActivationStore(model, "blocks.1.hook_resid_pre", "data/corpus", context_size=128)
         >>> manifest = harvest(store, "acts/", n_tokens=4096, shard_tokens=2048)
     """
-    # Everything the steps up to the manifest need is checked here, before the first read or write.
+    # Phase 1: everything the steps up to the manifest need is checked here, before the first read or write.
     ctx = store.context_size
     n_tokens = check_int_in_range(n_tokens, "n_tokens", ctx, None, f"n_tokens (at least one window of {ctx})")
     shard_tokens = check_int_in_range(shard_tokens, "shard_tokens", ctx, None, f"shard_tokens (at least {ctx})")
@@ -272,15 +262,35 @@ def harvest(
         _barrier()
         return done_manifest
     _barrier()
+
+    # Phase 2: the folder, and this rank's shards an interrupted harvest left
     out.mkdir(parents=True, exist_ok=True)
     if world > 1:
         _check_shared_folder(out, rank, world, token)
+    _remove_leftovers(out, rank)
+    progress_path = out / f"progress-r{rank:03d}.json"
+    records = _resumed_records(out, progress_path)
+
+    # Phase 3: the shards, filled in data order and written by a thread of their own
+    run = _Run(store, out, config, records, progress_path, n_windows, per_shard, on_shard)
+    local, n_seen = run.fill(progress)
+
+    # Phase 4: the text read as far as it should be, then the manifest (rank 0) that every rank returns
+    run.check_read(local, n_seen)
+    return _write_manifest(store, out, config, records, exhausted=local + 1 < run.mine)
+
+
+def _remove_leftovers(out: Path, rank: int) -> None:
+    """Delete the temporaries of a killed harvest (this rank's; rank 0: the manifest's and markers too)."""
     leftovers = [f".shard-r{rank:03d}-*.tmp", f".progress-r{rank:03d}.json.*.tmp"] + (
         [".manifest.json.*.tmp", ".harvest-ranks-*"] * (rank == 0)
     )
     for stale in [p for pattern in leftovers for p in out.glob(pattern)]:  # temporaries of a killed harvest
         stale.unlink(missing_ok=True)
-    progress_path = out / f"progress-r{rank:03d}.json"
+
+
+def _resumed_records(out: Path, progress_path: Path) -> list[dict[str, Any]]:
+    """The records of this rank's shards already on disk (none for a new harvest), each checked by sha256."""
     records: list[dict[str, Any]] = []
     if progress_path.exists():
         records = json.loads(progress_path.read_text(encoding="utf-8"))["shards"]
@@ -290,103 +300,143 @@ def harvest(
                 raise ValueError(
                     f"out_dir: shard {str(path)!r} is missing or differs from its record; delete the folder"
                 )
-    skip = sum(r["n_tokens"] for r in records) // ctx  # this rank's windows already on disk
-    # A last shard cut short: this rank had read all its windows (its digest is the one at the loop's end).
-    done_before = bool(records) and records[-1]["n_tokens"] < per_shard * ctx
-    differs = ValueError(
+    return records
+
+
+def _differs(out: Path) -> ValueError:
+    return ValueError(
         f"data: the text differs from what the interrupted harvest in {str(out)!r} read (sha256 of the text "
         "so far); resume with the same data or choose another folder"
     )
-    mine = len(range(rank, n_windows, world))
-    bar = _NoBar()
-    if progress and rank == 0:  # tqdm shows tokens/s; the other ranks go at the same pace
-        bar = tqdm(total=mine * ctx, initial=skip * ctx, desc="harvest", unit="tok", unit_scale=True)
 
-    # Shards are shuffled, serialised, hashed and written by one thread while the next one fills;
-    # one at a time, in order, so the progress file only ever lists a prefix of the shards.
-    writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="harvest-writer")
-    pending: list[Future[None]] = []
-    spare: list[Tensor] = []  # the bytes of shards on disk, for the next ones
 
-    def write(staged: ShardBuffer, k: int, first: int, digest: str) -> None:
+class _Run:
+    """Phase 3 of one rank's harvest: its windows read in order into shards, resumed after the `records`
+    already on disk; the shards are shuffled, serialised, hashed and written by one thread while the next one
+    fills, one at a time, in order, so the progress file only ever lists a prefix of the shards."""
+
+    def __init__(
+        self,
+        store: Any,
+        out: Path,
+        config: dict[str, Any],
+        records: list[dict[str, Any]],
+        progress_path: Path,
+        n_windows: int,
+        per_shard: int,
+        on_shard: Callable[[dict[str, Any]], None] | None,
+    ) -> None:
+        self.store, self.out, self.config, self.records, self.progress_path = store, out, config, records, progress_path
+        self.n_windows, self.per_shard, self.on_shard = n_windows, per_shard, on_shard
+        self.rank, self.world, ctx = store.rank, store.world_size, store.context_size
+        self.skip = sum(r["n_tokens"] for r in records) // ctx  # this rank's windows already on disk
+        # A last shard cut short: this rank had read all its windows (its digest is the one at the loop's end).
+        self.done_before = bool(records) and records[-1]["n_tokens"] < per_shard * ctx
+        self.mine = len(range(self.rank, n_windows, self.world))
+        self.pending: list[Future[None]] = []
+        self.spare: list[Tensor] = []  # the bytes of shards on disk, for the next ones
+
+    def _write(self, staged: ShardBuffer, k: int, first: int, digest: str) -> None:
         # the shard, permuted by its seed; the last one, cut short, is a file of its own size
+        store, rank, spare, records = self.store, self.rank, self.spare, self.records
         shard = _new_shard(store, staged.n, rank, k, spare if staged.n == staged.rows else None)
         shard.add(staged.in_data_order())
         spare.append(staged.buf)
         name = f"shard-r{rank:03d}-{k:06d}.safetensors"
         data = shard.view()
-        with atomic_path(out / name) as tmp, open(tmp, "wb") as f:
+        with atomic_path(self.out / name) as tmp, open(tmp, "wb") as f:
             f.write(data)
         rec = {"file": name, "rank": rank, "index": k, "n_tokens": shard.n, "first_window": first}
         rec |= {"sha256": hashlib.sha256(data).hexdigest(), "data_sha256": digest}
         records.append(rec)
-        write_atomic(progress_path, json.dumps({"config": config, "shards": records}, indent=1))
+        write_atomic(self.progress_path, json.dumps({"config": self.config, "shards": records}, indent=1))
         spare.append(shard.buf)
-        if on_shard is not None:
-            on_shard(rec)
+        if self.on_shard is not None:
+            self.on_shard(rec)
 
-    def wait() -> None:
-        while pending:
-            pending.pop().result()  # a failed write (or on_shard) raises here
+    def _wait(self) -> None:
+        while self.pending:
+            self.pending.pop().result()  # a failed write (or on_shard) raises here
 
-    def finish(shard: ShardBuffer, first: int, k: int) -> None:
-        wait()
-        pending.append(writer.submit(write, shard, k, first, store.windows.digest))
+    def _finish(self, writer: ThreadPoolExecutor, shard: ShardBuffer, first: int, k: int) -> None:
+        self._wait()
+        self.pending.append(writer.submit(self._write, shard, k, first, self.store.windows.digest))
 
-    windows = iter(store.windows)
-    try:
-        shard: ShardBuffer | None = None
-        k = len(records)  # the next shard's number
-        ids: list[int] = []
-        rows: list[Tensor] = []
-        first = 0
-        local = n_seen = -1
-        for i, window in enumerate(windows):
-            n_seen = i
-            if i >= n_windows:
-                break
-            if i % world != rank:
-                continue
-            local += 1
-            if local < skip:
-                if local == skip - 1 and not done_before and store.windows.digest != records[-1]["data_sha256"]:
-                    raise differs
-                continue
-            if done_before:  # more windows than the harvest had found
-                raise differs
-            if shard is None:
-                shard, first = _staging(store, per_shard * ctx, spare), i
-            ids.append(i)
-            rows.append(window)
-            full = (local + 1) % per_shard == 0
-            if len(rows) == store.batch_size or full:
+    def fill(self, progress: bool) -> tuple[int, int]:
+        """Read the windows and write the shards; returns (this rank's last window read, the last window
+        index seen), -1 where none."""
+        store, rank, world, skip, done_before = self.store, self.rank, self.world, self.skip, self.done_before
+        ctx, per_shard, records = store.context_size, self.per_shard, self.records
+        bar = _NoBar()
+        if progress and rank == 0:  # tqdm shows tokens/s; the other ranks go at the same pace
+            bar = tqdm(total=self.mine * ctx, initial=skip * ctx, desc="harvest", unit="tok", unit_scale=True)
+        writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="harvest-writer")
+        windows = iter(store.windows)
+        try:
+            shard: ShardBuffer | None = None
+            k = len(records)  # the next shard's number
+            ids: list[int] = []
+            rows: list[Tensor] = []
+            first = 0
+            local = n_seen = -1
+            for i, window in enumerate(windows):
+                n_seen = i
+                if i >= self.n_windows:
+                    break
+                if i % world != rank:
+                    continue
+                local += 1
+                if local < skip:
+                    if local == skip - 1 and not done_before and store.windows.digest != records[-1]["data_sha256"]:
+                        raise _differs(self.out)
+                    continue
+                if done_before:  # more windows than the harvest had found
+                    raise _differs(self.out)
+                if shard is None:
+                    shard, first = _staging(store, per_shard * ctx, self.spare), i
+                ids.append(i)
+                rows.append(window)
+                full = (local + 1) % per_shard == 0
+                if len(rows) == store.batch_size or full:
+                    _add_rows(store, shard, ids, torch.stack(rows))
+                    bar.update(len(rows) * ctx)
+                    ids, rows = [], []
+                if full:
+                    self._finish(writer, shard, first, k)
+                    shard, k = None, k + 1
+            if rows:
+                assert shard is not None
                 _add_rows(store, shard, ids, torch.stack(rows))
                 bar.update(len(rows) * ctx)
-                ids, rows = [], []
-            if full:
-                finish(shard, first, k)
-                shard, k = None, k + 1
-        if rows:
-            assert shard is not None
-            _add_rows(store, shard, ids, torch.stack(rows))
-            bar.update(len(rows) * ctx)
-        if shard is not None and shard.n:
-            finish(shard, first, k)
-        wait()
-    finally:  # every thread this harvest started is stopped and joined, on success and on error
-        windows.close()  # the reading thread
-        writer.shutdown(wait=True)  # a shard on its way is finished, even on an error
-        bar.close()  # (and tqdm's monitor thread with the last bar)
-    if n_seen < 0:
-        raise ValueError(f"data: no window of context_size={ctx} tokens could be made from it (empty or too short)")
-    if local + 1 < skip:
-        raise ValueError(
-            f"data: the text is shorter than what the interrupted harvest in {str(out)!r} read ({local + 1} of "
-            f"this rank's windows, {skip} already in shards); resume with the same data or choose another folder"
-        )
-    if done_before and store.windows.digest != records[-1]["data_sha256"]:
-        raise differs
-    exhausted = local + 1 < mine
+            if shard is not None and shard.n:
+                self._finish(writer, shard, first, k)
+            self._wait()
+        finally:  # every thread this harvest started is stopped and joined, on success and on error
+            windows.close()  # the reading thread
+            writer.shutdown(wait=True)  # a shard on its way is finished, even on an error
+            bar.close()  # (and tqdm's monitor thread with the last bar)
+        return local, n_seen
+
+    def check_read(self, local: int, n_seen: int) -> None:
+        """Refuse data that gave no window, or less or other text than the interrupted harvest read."""
+        ctx, skip, out = self.store.context_size, self.skip, self.out
+        if n_seen < 0:
+            raise ValueError(f"data: no window of context_size={ctx} tokens could be made from it (empty or too short)")
+        if local + 1 < skip:
+            raise ValueError(
+                f"data: the text is shorter than what the interrupted harvest in {str(out)!r} read ({local + 1} of "
+                f"this rank's windows, {skip} already in shards); resume with the same data or choose another folder"
+            )
+        if self.done_before and self.store.windows.digest != self.records[-1]["data_sha256"]:
+            raise _differs(out)
+
+
+def _write_manifest(
+    store: Any, out: Path, config: dict[str, Any], records: list[dict[str, Any]], exhausted: bool
+) -> dict[str, Any]:
+    """Rank 0 gathers every rank's shards into the manifest and drops the progress files; every rank
+    returns the manifest."""
+    rank, world = store.rank, store.world_size
     mine_state = {"shards": records, "data_sha256": store.windows.digest, "exhausted": exhausted}
     everyone = _gather(mine_state, world)
     manifest: dict[str, Any] = {}
