@@ -5,7 +5,7 @@ refactor_factored_attn_matrices). Each leaves every log-prob unchanged."""
 from __future__ import annotations
 
 import warnings
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import einops
 import torch
@@ -163,23 +163,7 @@ def process_weights(
     )
     fold = fold_ln and cfg.normalization_type == "LN"
 
-    # A piece: (key, index) pairs, where index picks the rows or columns of sd[key] it holds.
-    Piece = list[tuple[str, tuple[slice, ...]]]
-    whole = (slice(None),)
-    chunk = _PROCESS_CHUNK
-    pieces: list[Piece] = [[(k, whole) for k in sd if k.startswith(f"blocks.{L}.")] for L in range(cfg.n_layers)]
-    pieces.append([(k, whole) for k in sd if k.startswith("pos_embed.")])
-    if "embed.W_E" in sd:
-        pieces += [[("embed.W_E", (slice(i, i + chunk),))] for i in range(0, sd["embed.W_E"].shape[0], chunk)]
-    rest = [k for k in sd if not k.startswith(("blocks.", "embed.", "pos_embed."))]  # ln_final, unembed
-    unembed_pieces: list[Piece] = []
-    if "unembed.W_U" in sd and "unembed.b_U" in sd:
-        others = [(k, whole) for k in rest if k not in ("unembed.W_U", "unembed.b_U")]
-        for i in range(0, sd["unembed.W_U"].shape[1], chunk):
-            cols = slice(i, i + chunk)
-            unembed_pieces.append(others + [("unembed.W_U", (slice(None), cols)), ("unembed.b_U", (cols,))])
-    elif rest:
-        pieces.append([(k, whole) for k in rest])
+    pieces, unembed_pieces = _pieces(sd, cfg.n_layers)
 
     # One float64 buffer, the size of the largest piece, holds each piece in turn: fresh memory
     # is paid for once, not once per piece (on a VM, first-touching a page is what costs).
@@ -187,7 +171,7 @@ def process_weights(
         max(sum(sd[k][i].numel() for k, i in p) for p in pieces + unembed_pieces), dtype=torch.float64
     )
 
-    def processed(piece: Piece) -> dict[str, Tensor]:
+    def processed(piece: _Piece) -> dict[str, Tensor]:
         part, used = {}, 0
         for k, i in piece:
             src = sd[k][i]
@@ -204,7 +188,7 @@ def process_weights(
     results: dict[str, Tensor] = {}  # inplace=False: the new tensors, filled piece by piece
     folded: set[str] = set()
 
-    def store(piece: Piece, part: dict[str, Tensor]) -> None:
+    def store(piece: _Piece, part: dict[str, Tensor]) -> None:
         for k, i in piece:
             if k not in part:  # a LayerNorm folded away
                 folded.add(k)
@@ -219,18 +203,11 @@ def process_weights(
             _center_unembed(part)
         store(piece, part)
     if unembed_pieces:
-        mean_W = mean_b = None
-        if center_unembed:  # first pass: the mean over the vocabulary of the processed W_U and b_U
-            sum_W = torch.zeros(sd["unembed.W_U"].shape[0], dtype=torch.float64)
-            sum_b = torch.zeros((), dtype=torch.float64)
-            for piece in unembed_pieces:
-                part = processed(piece)
-                sum_W += part["unembed.W_U"].sum(-1)
-                sum_b += part["unembed.b_U"].sum()
-            mean_W, mean_b = sum_W / sd["unembed.W_U"].shape[1], sum_b / sd["unembed.b_U"].shape[0]
+        means = _vocab_means(sd, unembed_pieces, processed) if center_unembed else None
         for piece in unembed_pieces:
             part = processed(piece)
-            if mean_W is not None and mean_b is not None:
+            if means is not None:
+                mean_W, mean_b = means
                 part["unembed.W_U"].sub_(mean_W[:, None])
                 part["unembed.b_U"].sub_(mean_b)
             store(piece, part)
@@ -240,6 +217,45 @@ def process_weights(
     if fold:
         cfg.normalization_type = "LNPre"
     return sd
+
+
+# A piece: (key, index) pairs, where index picks the rows or columns of sd[key] it holds.
+_Piece = list[tuple[str, tuple[slice, ...]]]
+
+
+def _pieces(sd: dict[str, Tensor], n_layers: int) -> tuple[list[_Piece], list[_Piece]]:
+    """What process_weights processes one at a time: each layer, pos_embed, chunks of W_E's rows
+    and the rest (ln_final, unembed) whole; or, where sd has W_U and b_U, the unembedding pieces
+    (second list): chunks of its columns, each with the rest (ln_final)."""
+    whole = (slice(None),)
+    chunk = _PROCESS_CHUNK
+    pieces: list[_Piece] = [[(k, whole) for k in sd if k.startswith(f"blocks.{L}.")] for L in range(n_layers)]
+    pieces.append([(k, whole) for k in sd if k.startswith("pos_embed.")])
+    if "embed.W_E" in sd:
+        pieces += [[("embed.W_E", (slice(i, i + chunk),))] for i in range(0, sd["embed.W_E"].shape[0], chunk)]
+    rest = [k for k in sd if not k.startswith(("blocks.", "embed.", "pos_embed."))]  # ln_final, unembed
+    unembed_pieces: list[_Piece] = []
+    if "unembed.W_U" in sd and "unembed.b_U" in sd:
+        others = [(k, whole) for k in rest if k not in ("unembed.W_U", "unembed.b_U")]
+        for i in range(0, sd["unembed.W_U"].shape[1], chunk):
+            cols = slice(i, i + chunk)
+            unembed_pieces.append(others + [("unembed.W_U", (slice(None), cols)), ("unembed.b_U", (cols,))])
+    elif rest:
+        pieces.append([(k, whole) for k in rest])
+    return pieces, unembed_pieces
+
+
+def _vocab_means(
+    sd: dict[str, Tensor], unembed_pieces: list[_Piece], processed: Callable[[_Piece], dict[str, Tensor]]
+) -> tuple[Tensor, Tensor]:
+    """center_unembed's first pass: the mean over the vocabulary of the processed W_U and b_U."""
+    sum_W = torch.zeros(sd["unembed.W_U"].shape[0], dtype=torch.float64)
+    sum_b = torch.zeros((), dtype=torch.float64)
+    for piece in unembed_pieces:
+        part = processed(piece)
+        sum_W += part["unembed.W_U"].sum(-1)
+        sum_b += part["unembed.b_U"].sum()
+    return sum_W / sd["unembed.W_U"].shape[1], sum_b / sd["unembed.b_U"].shape[0]
 
 
 def layer_norm_weights(sd: Mapping[str, Tensor]) -> dict[str, Tensor]:

@@ -18,7 +18,7 @@ The model and the prompts come in through the one way in the analysis packages s
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from torch import Tensor
@@ -26,10 +26,10 @@ from torch import Tensor
 from ..checks import check_int_in_range, check_shape
 from ..model.gpt import GPT
 from ..prepare import Prompts, checked_model, prompts
-from ._run import BaseRun, SenderValues, base_run
+from ._run import BaseRun, Metric, SenderValues, base_run, run_edge_sets
 from .graph import Graph
 
-__all__ = ["ABLATIONS", "circuit_model", "check_rows_align", "prepare", "edge_sets_of", "check_z_cache"]
+__all__ = ["ABLATIONS", "circuit_model", "check_rows_align", "Prepared", "prepare", "edge_sets_of", "check_z_cache"]
 
 ABLATIONS = ("zero", "mean", "resample")
 
@@ -94,6 +94,24 @@ def _check_one_length(p: Prompts, arg: str, ablation: str, caller: str) -> None:
             )
 
 
+class Prepared(NamedTuple):
+    """What `prepare` returns: the checked model, its graph, the clean run, the other value of
+    every sender (a `SenderValues`) and the other run's sender outputs as one tensor."""
+
+    model: GPT
+    graph: Graph
+    base: BaseRun
+    other_of: SenderValues
+    other: Tensor
+
+    def run(self, sets: list[Tensor], metric: Metric | None, **kw: Any) -> Tensor:
+        """`run_edge_sets` on these inputs: each edge set's patched run of the clean input, the
+        patched edges taking the other values (`kw`: its keyword options)."""
+        return run_edge_sets(
+            self.model, self.graph, self.base, self.other_of, self.base.sender_values, sets, metric, **kw
+        )
+
+
 def prepare(
     model: Any,
     clean: Any,
@@ -102,7 +120,7 @@ def prepare(
     seed: int = 0,
     caller: str = "patch_edges",
     gradient: bool = False,
-) -> tuple[GPT, Graph, BaseRun, SenderValues, Tensor]:
+) -> Prepared:
     """Check the inputs; run the clean input once. Returns the model, its graph, the clean run,
     the other value of every sender (`[batch or 1, pos, k, d_model]` for sender indices `[k]`) and
     the other run's sender outputs as one tensor `[batch or 1, pos, n_senders, d_model]`.
@@ -163,7 +181,7 @@ def prepare(
     def other_of(ps: Tensor) -> Tensor:
         return other[:, :, ps]
 
-    return model, graph, base, other_of, other
+    return Prepared(model, graph, base, other_of, other)
 
 
 # ----------------------------------------------------------------------------

@@ -158,6 +158,55 @@ SenderValues = Callable[[Tensor], Tensor]  # sender indices [k] -> outputs [batc
 Metric = Callable[[Tensor], Any]  # logits [batch, pos, d_vocab] -> a scalar
 
 
+@dataclass
+class _Copies:
+    """E patched copies of a base run, laid out for `patched_logits`: the patched edges of every
+    copy (one flat list), the (copy, sender) pairs they need, and each pair's difference tensor
+    D = `other_of(s) - (s's output in the copy)`, `diff[pair]` (filled as the senders are read)."""
+
+    n_copies: int
+    n_batch: int
+    n_pos: int
+    n_heads: int
+    d_model: int
+    dev: torch.device
+    other_of: SenderValues
+    copy: Tensor  # [edges] each patched edge's copy
+    receivers: Tensor  # [edges] its receiver
+    rec_layer: Tensor  # [edges] its receiver's layer
+    heads_of: Tensor  # [edges] its receiver's head (0 for no head)
+    pair_of_edge: Tensor  # [edges] its (copy, sender) pair
+    pair_copy: Tensor  # [pairs]
+    pair_sender: Tensor  # [pairs]
+    sender_layer: Tensor  # [pairs] the pair's sender's layer
+    diff: Tensor  # [pairs, batch, pos, d_model]
+
+    def other(self, ps: Tensor) -> Tensor:
+        """The other values of senders `ps` `[k]`, `[k, batch, pos, d_model]`."""
+        return (
+            self.other_of(ps.to(self.dev)).expand(self.n_batch, self.n_pos, len(ps), self.d_model).permute(2, 0, 1, 3)
+        )
+
+    def add_into(self, x: Tensor, idx: Tensor, fixed: Tensor | None) -> Tensor:
+        """x [E*batch, pos, (n_heads,) d_model] with the differences of edges `idx` added (a new tensor)."""
+        n_copies, n_batch, n_pos, d_model, dev = self.n_copies, self.n_batch, self.n_pos, self.d_model, self.dev
+        x = x.clone()
+        per_head = x.ndim == 4
+        xs = (
+            x.view(n_copies, n_batch, n_pos, self.n_heads, d_model).permute(0, 3, 1, 2, 4)
+            if per_head
+            else x.view(n_copies, n_batch, n_pos, d_model)
+        )
+        index = (self.copy[idx].to(dev), self.heads_of[idx].to(dev)) if per_head else (self.copy[idx].to(dev),)
+        if fixed is not None:  # frozen: start from the base run's value of the receiver input
+            xs[index] = fixed.expand(len(idx), n_batch, n_pos, d_model)
+        xs.index_put_(index, self.diff[self.pair_of_edge[idx].to(dev)], accumulate=True)
+        return x
+
+
+_Hooks = list[tuple[HookPoint, Callable[..., Any]]]
+
+
 def patched_logits(
     model: GPT,
     graph: Graph,
@@ -176,86 +225,125 @@ def patched_logits(
     from the tokens in one piece (a user's hooks then see one ordinary forward per copy).
     `logit_positions`: unembed only these positions and return only their logits
     `[E*batch, len(logit_positions), d_vocab]` (see `LogitsWithBase`)."""
-    n, n_heads = graph.n_layers, graph.n_heads
+    n = graph.n_layers
+    c = _lay_out(model, graph, base, other_of, edge_sets)
+    start = 0 if from_tokens else (int(c.rec_layer.min()) if len(c.receivers) else n)
+    hooks = _sender_hooks(model, graph, c, base_of, start, frozen)
+    receiver_hooks, split_layers, logits_idx, has_mlp = _receiver_hooks(model, graph, base, c, frozen, from_tokens)
+    hooks += receiver_hooks
+
+    with attached(hooks), flags(model, mlp_in=True if has_mlp else None):
+        if from_tokens:
+            with flags(model, split=True if split_layers else None):
+                resid = model(base.tokens.repeat(c.n_copies, 1), stop_at_layer=n)
+        else:
+            resid = base.resid[start].repeat(c.n_copies, 1, 1)
+            layer = start
+            while layer < n:  # segments of layers that do / do not need the per-head inputs
+                need = layer in split_layers
+                end = layer + 1
+                while end < n and (end in split_layers) == need:
+                    end += 1
+                with flags(model, split=True if need else None):
+                    resid = model(resid, start_at_layer=layer, stop_at_layer=end)
+                layer = end
+        if logits_idx is not None:
+            resid = c.add_into(resid, logits_idx, base.resid[n][None] if frozen else None)
+        if logit_positions is None:
+            return model(resid, start_at_layer=n)
+        # Only the positions the metric reads go through ln_final and the unembedding (a third
+        # of GPT-2's compute on short prompts); LayerNorm and the unembedding act per position.
+        return model(resid[:, logit_positions], start_at_layer=n)
+
+
+def _lay_out(model: GPT, graph: Graph, base: BaseRun, other_of: SenderValues, edge_sets: list[Tensor]) -> _Copies:
+    """The patched edges of `edge_sets` (one copy each) and the (copy, sender) pairs they need:
+    one difference tensor D per pair that some patched edge needs (left empty here)."""
     n_copies = len(edge_sets)
     n_batch, n_pos = base.tokens.shape
     d_model = model.cfg.d_model
-    dev = base.resid[0].device
     copy = torch.cat([torch.full((len(s),), i, dtype=torch.long) for i, s in enumerate(edge_sets)])
     edges = torch.cat([s.long() for s in edge_sets]) if n_copies else torch.zeros(0, dtype=torch.long)
     senders = graph.edge_sender[edges]
     receivers = graph.edge_receiver[edges]
     rec_layer = torch.tensor([r.layer for r in graph.receivers])[receivers]
-    start = 0 if from_tokens else (int(rec_layer.min()) if len(edges) else n)
-
-    # One difference tensor D per (copy, sender) pair that some patched edge needs.
     pair_key, pair_of_edge = torch.unique(copy * len(graph.senders) + senders, return_inverse=True)
     pair_copy, pair_sender = pair_key // len(graph.senders), pair_key % len(graph.senders)
     sender_layer = torch.tensor([graph.sender_layer(s) for s in range(len(graph.senders))])[pair_sender]
-    diff = base.resid[0].new_empty(len(pair_key), n_batch, n_pos, d_model)  # [pairs, batch, pos, d_model]
+    return _Copies(
+        n_copies=n_copies,
+        n_batch=n_batch,
+        n_pos=n_pos,
+        n_heads=graph.n_heads,
+        d_model=d_model,
+        dev=base.resid[0].device,
+        other_of=other_of,
+        copy=copy,
+        receivers=receivers,
+        rec_layer=rec_layer,
+        heads_of=torch.tensor([graph.receivers[int(r)].head or 0 for r in receivers], dtype=torch.long),
+        pair_of_edge=pair_of_edge,
+        pair_copy=pair_copy,
+        pair_sender=pair_sender,
+        sender_layer=sender_layer,
+        diff=base.resid[0].new_empty(len(pair_key), n_batch, n_pos, d_model),  # [pairs, batch, pos, d_model]
+    )
 
-    def other(ps: Tensor) -> Tensor:  # [k, batch, pos, d_model]
-        return other_of(ps.to(dev)).expand(n_batch, n_pos, len(ps), d_model).permute(2, 0, 1, 3)
 
-    early = (sender_layer < start) | frozen | (pair_sender == 0)  # senders whose output is the base run's
+def _sender_hooks(model: GPT, graph: Graph, c: _Copies, base_of: SenderValues, start: int, frozen: bool) -> _Hooks:
+    """Fill the differences of the senders whose output is the base run's (layers before `start`,
+    all of them when `frozen`, and the input); return the hooks that fill the live senders' (layers
+    >= `start`) as each copy runs."""
+    n_copies, n_batch, n_pos, n_heads, d_model, dev = c.n_copies, c.n_batch, c.n_pos, c.n_heads, c.d_model, c.dev
+    early = (c.sender_layer < start) | frozen | (c.pair_sender == 0)  # senders whose output is the base run's
     if bool(early.any()):
-        ps = pair_sender[early]
-        diff[early.to(dev)] = other(ps) - base_of(ps.to(dev)).permute(2, 0, 1, 3)
-    hooks: list[tuple[HookPoint, Callable[..., Any]]] = []
-
-    # Live senders (layers >= start): their output in each copy is read as the copy runs.
-    for layer in range(start, n):
-        at = (~early) & (sender_layer == layer)
+        ps = c.pair_sender[early]
+        c.diff[early.to(dev)] = c.other(ps) - base_of(ps.to(dev)).permute(2, 0, 1, 3)
+    hooks: _Hooks = []
+    for layer in range(start, graph.n_layers):
+        at = (~early) & (c.sender_layer == layer)
         if not bool(at.any()):
             continue
         pids = at.nonzero().flatten()
-        is_head = torch.tensor([graph.sender_head(int(s)) is not None for s in pair_sender[pids]], dtype=torch.bool)
+        is_head = torch.tensor([graph.sender_head(int(s)) is not None for s in c.pair_sender[pids]], dtype=torch.bool)
         block: Any = model.blocks[layer]
         head_p, mlp_p = pids[is_head], pids[~is_head]
         if len(head_p):
-            heads = torch.tensor([graph.sender_head(int(s)) for s in pair_sender[head_p]])
+            heads = torch.tensor([graph.sender_head(int(s)) for s in c.pair_sender[head_p]])
 
             def read_z(z: Tensor, hook: Any, p: Tensor = head_p, h: Tensor = heads, attn: Any = block.attn) -> None:
-                zs = z.view(n_copies, n_batch, n_pos, n_heads, -1)[pair_copy[p].to(dev), :, :, h.to(dev)]
+                zs = z.view(n_copies, n_batch, n_pos, n_heads, -1)[c.pair_copy[p].to(dev), :, :, h.to(dev)]
                 cur = torch.einsum("kbpe,ked->kbpd", zs, attn.W_O[h.to(dev)])
-                diff[p.to(dev)] = other(pair_sender[p]) - cur
+                c.diff[p.to(dev)] = c.other(c.pair_sender[p]) - cur
 
             hooks.append((block.attn.hook_z, read_z))
         if len(mlp_p):
 
             def read_mlp(out: Tensor, hook: Any, p: Tensor = mlp_p, mlp: Any = block.mlp) -> None:
-                cur = out.view(n_copies, n_batch, n_pos, d_model)[pair_copy[p].to(dev)] - mlp.b_out
-                diff[p.to(dev)] = other(pair_sender[p]) - cur
+                cur = out.view(n_copies, n_batch, n_pos, d_model)[c.pair_copy[p].to(dev)] - mlp.b_out
+                c.diff[p.to(dev)] = c.other(c.pair_sender[p]) - cur
 
             hooks.append((block.hook_mlp_out, read_mlp))
+    return hooks
 
-    # Receivers: per hook point, add the differences of the patched edges into it.
-    kinds = [graph.receivers[int(r)].kind for r in receivers]
-    heads_of = torch.tensor([graph.receivers[int(r)].head or 0 for r in receivers], dtype=torch.long)
+
+def _receiver_hooks(
+    model: GPT, graph: Graph, base: BaseRun, c: _Copies, frozen: bool, from_tokens: bool
+) -> tuple[_Hooks, set[int], Tensor | None, bool]:
+    """The hooks that add the patched edges' differences into their receivers' inputs, per hook
+    point; with the layers run with split q / k / v inputs, the edges into the logits (added by
+    the caller, before ln_final) and whether any MLP input is patched."""
+    kinds = [graph.receivers[int(r)].kind for r in c.receivers]
     groups: dict[tuple[int, str], list[int]] = {}
-    for i, key in enumerate(zip(rec_layer.tolist(), kinds, strict=True)):
+    for i, key in enumerate(zip(c.rec_layer.tolist(), kinds, strict=True)):
         groups.setdefault(key, []).append(i)
-
-    def add_into(x: Tensor, idx: Tensor, fixed: Tensor | None) -> Tensor:
-        """x [E*batch, pos, (n_heads,) d_model] with the differences of edges `idx` added (a new tensor)."""
-        x = x.clone()
-        per_head = x.ndim == 4
-        xs = (
-            x.view(n_copies, n_batch, n_pos, n_heads, d_model).permute(0, 3, 1, 2, 4)
-            if per_head
-            else x.view(n_copies, n_batch, n_pos, d_model)
-        )
-        index = (copy[idx].to(dev), heads_of[idx].to(dev)) if per_head else (copy[idx].to(dev),)
-        if fixed is not None:  # frozen: start from the base run's value of the receiver input
-            xs[index] = fixed.expand(len(idx), n_batch, n_pos, d_model)
-        xs.index_put_(index, diff[pair_of_edge[idx].to(dev)], accumulate=True)
-        return x
 
     # Patched head inputs: only the patched (copy, head) pairs' q / k / v are recomputed from
     # their patched inputs (the block's own ln1 and `attn.project`) and written over what the
     # layer computed. Split inputs (every head its own copy of the residual stream) cost about
     # 1.7 plain layers; they are kept for a user's hooks, which then see ordinary split inputs,
     # and for shortformer models, which add positions to q and k after ln1.
+    hooks: _Hooks = []
     split_layers: set[int] = set()
     if from_tokens or model.cfg.positional_embedding_type == "shortformer":
         split_layers = {layer for layer, kind in groups if kind in QKV}
@@ -265,7 +353,7 @@ def patched_logits(
         def keep(x: Tensor, hook: Any, layer: int = layer) -> None:
             resid_in[layer] = x
 
-        block = model.blocks[layer]
+        block: Any = model.blocks[layer]
         hooks.append((block.hook_resid_pre, keep))
 
     logits_idx: Tensor | None = None
@@ -279,39 +367,17 @@ def patched_logits(
             fixed = (base.resid[layer] if kind in QKV else base.resid_mid[layer])[None]
         if kind in QKV and layer not in split_layers:
             recompute = _heads_recomputed(
-                model, layer, kind, idx, fixed, copy, heads_of, diff, pair_of_edge[idx], resid_in
+                model, layer, kind, idx, fixed, c.copy, c.heads_of, c.diff, c.pair_of_edge[idx], resid_in
             )
             hooks.append((getattr(model.blocks[layer].attn, f"hook_{kind}"), recompute))
             continue
 
         def patch(x: Tensor, hook: Any, idx: Tensor = idx, fixed: Tensor | None = fixed) -> Tensor:
-            return add_into(x, idx, fixed)
+            return c.add_into(x, idx, fixed)
 
         hooks.append((receiver_hook(model, layer, kind), patch))
     has_mlp = any(kind == "mlp" for _, kind in groups)
-
-    with attached(hooks), flags(model, mlp_in=True if has_mlp else None):
-        if from_tokens:
-            with flags(model, split=True if split_layers else None):
-                resid = model(base.tokens.repeat(n_copies, 1), stop_at_layer=n)
-        else:
-            resid = base.resid[start].repeat(n_copies, 1, 1)
-            layer = start
-            while layer < n:  # segments of layers that do / do not need the per-head inputs
-                need = layer in split_layers
-                end = layer + 1
-                while end < n and (end in split_layers) == need:
-                    end += 1
-                with flags(model, split=True if need else None):
-                    resid = model(resid, start_at_layer=layer, stop_at_layer=end)
-                layer = end
-        if logits_idx is not None:
-            resid = add_into(resid, logits_idx, base.resid[n][None] if frozen else None)
-        if logit_positions is None:
-            return model(resid, start_at_layer=n)
-        # Only the positions the metric reads go through ln_final and the unembedding (a third
-        # of GPT-2's compute on short prompts); LayerNorm and the unembedding act per position.
-        return model(resid[:, logit_positions], start_at_layer=n)
+    return hooks, split_layers, logits_idx, has_mlp
 
 
 class LogitsWithBase:

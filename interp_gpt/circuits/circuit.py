@@ -27,7 +27,7 @@ from tqdm.auto import tqdm  # type: ignore[import-untyped]
 from ..checks import check_float, check_int_in_range, check_type
 from ..model.gpt import GPT
 from ._inputs import circuit_model, prepare
-from ._run import Metric, run_edge_sets
+from ._run import Metric
 from .graph import Graph
 
 __all__ = ["Circuit", "FaithfulnessCurve", "acdc", "faithfulness", "faithfulness_curve"]
@@ -177,20 +177,15 @@ class _Evaluator:
     of any circuits (their complements patched) through `patch_edges`' batched forward."""
 
     def __init__(self, model: Any, clean: Any, corrupted: Any, metric: Metric, caller: str, **kw: Any):
-        self.model, self.graph, self.base, self.other_of, _ = prepare(
-            model, clean, corrupted, kw.pop("reference", None), kw.pop("seed", 0), caller=caller
-        )
-        self.metric, self.kw = metric, kw
+        self.prepared = prepare(model, clean, corrupted, kw.pop("reference", None), kw.pop("seed", 0), caller=caller)
+        self.graph, self.metric, self.kw = self.prepared.graph, metric, kw
 
     def __call__(self, masks: Sequence[Tensor], progress: bool, desc: str) -> Tensor:
         """Metric `[len(masks)]` of the circuits `masks` (bool `[n_edges]` each); equal masks are run once."""
         keys = [bytes(m.numpy().tobytes()) for m in masks]
         unique = list(dict.fromkeys(keys))
         sets = [(~masks[keys.index(k)]).nonzero().flatten() for k in unique]
-        values = run_edge_sets(
-            self.model, self.graph, self.base, self.other_of, self.base.sender_values, sets, self.metric,
-            progress=progress, desc=desc, **self.kw,
-        )  # fmt: skip
+        values = self.prepared.run(sets, self.metric, progress=progress, desc=desc, **self.kw)
         return torch.stack([values[unique.index(k)] for k in keys]).cpu()
 
 

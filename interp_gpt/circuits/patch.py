@@ -84,20 +84,9 @@ def patch_edges(
         >>> patch_edges(model, clean, corrupted, [["a0.h1 -> a1.h0<k>"], g.edge_names[:100]], metric)
         tensor([..., ...])
     """
-    model, graph, base, other_of, _ = prepare(model, clean_tokens, corrupted_tokens, reference, seed)
-    sets = edge_sets_of(graph, edge_sets)
-    return run_edge_sets(
-        model,
-        graph,
-        base,
-        other_of,
-        base.sender_values,
-        sets,
-        metric,
-        batch_size=batch_size,
-        progress=progress,
-        logit_positions=logit_positions,
-    )
+    prepared = prepare(model, clean_tokens, corrupted_tokens, reference, seed)
+    sets = edge_sets_of(prepared.graph, edge_sets)
+    return prepared.run(sets, metric, batch_size=batch_size, progress=progress, logit_positions=logit_positions)
 
 
 def _sender(graph: Graph, item: Any, arg: str) -> int:
@@ -157,7 +146,8 @@ def path_patch(
         >>> heads = [(0, head) for head in range(model.cfg.n_heads)]           # senders: layer 0's heads
         >>> path_patch(model, clean, corrupted, heads, [(1, 0, "q"), (1, 0, "k"), (1, 2, "v")], metric)
     """
-    model, graph, base, other_of, _ = prepare(model, clean_tokens, corrupted_tokens, caller="path_patch")
+    prepared = prepare(model, clean_tokens, corrupted_tokens, caller="path_patch")
+    graph = prepared.graph
     if isinstance(receivers, (str, tuple)) or not isinstance(receivers, Sequence) or not receivers:
         raise TypeError(f"receivers must be a non-empty list of (layer, head, 'q'|'k'|'v') or names, got {receivers!r}")
     if isinstance(senders, str) or not isinstance(senders, Sequence):
@@ -169,12 +159,7 @@ def path_patch(
         ss = {_sender(graph, s, "senders") for s in group}
         edges = [graph.edge(s, r) for s in sorted(ss) for r in rec if s < graph.receiver_n_senders[r]]
         sets.append(torch.tensor(edges, dtype=torch.long))
-    return run_edge_sets(
-        model,
-        graph,
-        base,
-        other_of,
-        base.sender_values,
+    return prepared.run(
         sets,
         metric,
         frozen=True,

@@ -20,10 +20,10 @@ from tqdm.auto import tqdm  # type: ignore[import-untyped]
 
 from ..checks import check_callable, check_int_in_range, gradient_reached, zero_gradient_error
 from ..model.gpt import GPT
-from ..patching.generic import metric_value, user_hooked_points
+from ..patching.generic import metric_value, scalar_metric, user_hooked_points
 from ..patching.generic import warn_unbatched as _warn_unbatched
 from ._inputs import edge_sets_of, prepare
-from ._run import BaseRun, Metric, attached, flags, run_edge_sets
+from ._run import BaseRun, Metric, attached, flags
 from .graph import Graph
 
 __all__ = ["eap_scores", "eap_ig_scores", "exact_edge_scores"]
@@ -31,24 +31,8 @@ __all__ = ["eap_scores", "eap_ig_scores", "exact_edge_scores"]
 # Token rows of one EAP-IG forward+backward: the per-head q/k/v inputs make each row cost about
 # 3 * n_heads residual streams per layer, kept for the backward.
 IG_ROWS_PER_FORWARD = 512
-
-
-def scalar_metric(metric: Metric, logits: Tensor) -> Tensor:
-    """`metric(logits)` as a 0-d tensor autograd can differentiate, or a clear error."""
-    value = metric(logits)
-    if not isinstance(value, Tensor):
-        raise TypeError(
-            f"metric returned {type(value).__name__}; edge attribution needs a scalar tensor that autograd "
-            "can differentiate (no .item())"
-        )
-    if value.numel() != 1:
-        raise ValueError(
-            f"metric returned a tensor of shape {tuple(value.shape)}; it must return a scalar "
-            "(one number for the batch, e.g. a mean over the prompts)"
-        )
-    if not value.requires_grad:
-        raise ValueError("metric's output does not depend on the logits through autograd (detached?)")
-    return value.reshape(())
+# What a metric that is not a scalar is told.
+_HINT = " (one number for the batch, e.g. a mean over the prompts)"
 
 
 def eap_scores(
@@ -187,7 +171,10 @@ def _accumulate(
         x = inputs.detach().requires_grad_(True)
         logits = model(x, start_at_layer=0)
         total = torch.stack(
-            [scalar_metric(metric, logits[i * n_batch : (i + 1) * n_batch]) for i in range(n_copies)]
+            [
+                scalar_metric(metric, logits[i * n_batch : (i + 1) * n_batch], "edge attribution", _HINT)
+                for i in range(n_copies)
+            ]
         ).sum()
         keys = list(kept)
         grads = torch.autograd.grad(total, [kept[k] for k in keys], allow_unused=True)
@@ -239,15 +226,11 @@ def exact_edge_scores(
         >>> torch.corrcoef(torch.stack([exact, eap_scores(model, clean, corrupted, metric)]))
     """
     check_callable(metric, "metric", "a function of the logits", "exact_edge_scores")
-    model, graph, base, other_of, _ = prepare(model, clean_tokens, corrupted_tokens, caller="exact_edge_scores")
+    prepared = prepare(model, clean_tokens, corrupted_tokens, caller="exact_edge_scores")
+    graph = prepared.graph
     idx = torch.arange(graph.n_edges) if edges is None else graph.edge_indices(edges, caller="exact_edge_scores")
     sets = edge_sets_of(graph, [int(i) for i in idx])
-    values = run_edge_sets(
-        model,
-        graph,
-        base,
-        other_of,
-        base.sender_values,
+    values = prepared.run(
         sets,
         metric,
         batch_size=batch_size,
@@ -256,5 +239,5 @@ def exact_edge_scores(
         logit_positions=logit_positions,
     )
     out = torch.full((graph.n_edges,), float("nan"), device=values.device)
-    out[idx.to(values.device)] = values - metric_value(metric, base.logits)
+    out[idx.to(values.device)] = values - metric_value(metric, prepared.base.logits)
     return out

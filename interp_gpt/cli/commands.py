@@ -450,91 +450,85 @@ def _add_compare(sub: Any) -> None:
     p.set_defaults(func=_cmd_compare)
 
 
-def _add_harvest(sub: Any) -> None:
-    from ..store.command import add_arguments, run  # the options live beside the store
+def _add_delegated(sub: Any) -> None:
+    """The subcommands whose options and run live beside the code they drive: each module's
+    `add_arguments` and its run function (attribute's and train-lens' also take the model loader,
+    and bring their own help, description and examples)."""
+    from ..attribution import command as attribute
+    from ..lenses import command as train_lens
+    from ..sae.saes import features
+    from ..sae.training import sae_command, transcoder_command
+    from ..store import command as harvest
 
-    p = _subcommand(
-        sub,
-        "harvest",
-        "write a model's activations at chosen hooks over a text corpus to safetensors shards",
-        "Stream the text through the model and write the activations at each --hook to shuffled safetensors "
-        "shards plus manifest.json (resumable: run it again on the same --out; under torchrun each rank writes "
-        "its own shards). See interp_gpt.store.",
-        ["--hook blocks.1.hook_resid_pre --data data/corpus --out acts --n-tokens 1000000"],
-    )
-    add_arguments(p)
-    p.set_defaults(func=run)
-
-
-def _add_features(sub: Any) -> None:
-    from ..sae.saes.features import add_arguments, run  # the options live beside the feature report
-
-    p = _subcommand(
-        sub,
-        "features",
-        "show one SAE feature: its top-activating contexts, activation histogram and the tokens it promotes",
-        "Run the model over the text of --data (a folder: the validation tail of each file; the package ships no "
-        "corpus, a clone has data/corpus), encode the activations at the SAE's hook and print what one feature "
-        "does. SAE is a folder in SAELens' format or tiny-gpt2-sae.",
-        [
-            "tiny-gpt2 tiny-gpt2-sae --feature 3 --data data/corpus",
-            "tiny-gpt2 tiny-gpt2-sae --feature 3 --data my_text.txt --html feature3.html",
-        ],
-    )
-    add_arguments(p)
-    p.set_defaults(func=run)
-
-
-def _add_train_sae(sub: Any) -> None:
-    from ..sae.training.sae_command import add_arguments, run_command  # the options live beside the command
-
-    p = _subcommand(
-        sub,
-        "train-sae",
-        "train a sparse autoencoder on a hook's activations over a text corpus",
-        "Split --data into training and validation text, train an SAE (TopK or standard) on the activations "
-        "at --hook, and save it in SAELens' format with metrics.json (validation L0, explained variance, CE loss "
-        "recovered). Same as python -m interp_gpt.sae.training.",
-        ["--data data/corpus --out saes/resid1 --k 32 --n-tokens 1310720"],
-    )
-    add_arguments(p)
-    p.set_defaults(func=run_command)
-
-
-def _add_train_transcoder(sub: Any) -> None:
-    from ..sae.training.transcoder_command import add_arguments, run_command  # the options live beside the command
-
-    p = _subcommand(
-        sub,
-        "train-transcoder",
-        "train transcoders (per-layer, with a skip, or cross-layer) that predict each MLP's output from its input",
-        "Split --data into training and validation text, harvest every layer's MLP input (--input-hook) and output "
-        "(hook_mlp_out) in one pass, train the set, and save it (SAELens' or circuit-tracer's files) with "
-        "metrics.json (per-layer explained variance, L0, dead fraction, CE loss recovered with every MLP replaced). "
-        "Same as python -m interp_gpt.sae.train_transcoder_command.",
-        [
-            "--kind skip --data data/corpus --out transcoders/tiny-gpt2 --k 32",
-            "--kind clt --data data/corpus --out transcoders/tiny-gpt2-clt --k 16",
-        ],
-    )
-    add_arguments(p)
-    p.set_defaults(func=run_command)
-
-
-def _add_attribute(sub: Any) -> None:
-    from ..attribution.command import DESCRIPTION, EXAMPLES, HELP, add_arguments, run  # the options live there
-
-    p = _subcommand(sub, "attribute", HELP, DESCRIPTION, EXAMPLES)
-    add_arguments(p)
-    p.set_defaults(func=lambda args: run(args, _load))
-
-
-def _add_train_lens(sub: Any) -> None:
-    from ..lenses.command import DESCRIPTION, EXAMPLES, HELP, add_arguments, run  # the options live there
-
-    p = _subcommand(sub, "train-lens", HELP, DESCRIPTION, EXAMPLES)
-    add_arguments(p)
-    p.set_defaults(func=lambda args: run(args, _load))
+    table: list[tuple[str, str, str, list[str], Any, Any]] = [
+        (
+            "harvest",
+            "write a model's activations at chosen hooks over a text corpus to safetensors shards",
+            "Stream the text through the model and write the activations at each --hook to shuffled safetensors "
+            "shards plus manifest.json (resumable: run it again on the same --out; under torchrun each rank "
+            "writes its own shards). See interp_gpt.store.",
+            ["--hook blocks.1.hook_resid_pre --data data/corpus --out acts --n-tokens 1000000"],
+            harvest.add_arguments,
+            harvest.run,
+        ),
+        (
+            "features",
+            "show one SAE feature: its top-activating contexts, activation histogram and the tokens it promotes",
+            "Run the model over the text of --data (a folder: the validation tail of each file; the package ships "
+            "no corpus, a clone has data/corpus), encode the activations at the SAE's hook and print what one "
+            "feature does. SAE is a folder in SAELens' format or tiny-gpt2-sae.",
+            [
+                "tiny-gpt2 tiny-gpt2-sae --feature 3 --data data/corpus",
+                "tiny-gpt2 tiny-gpt2-sae --feature 3 --data my_text.txt --html feature3.html",
+            ],
+            features.add_arguments,
+            features.run,
+        ),
+        (
+            "train-sae",
+            "train a sparse autoencoder on a hook's activations over a text corpus",
+            "Split --data into training and validation text, train an SAE (TopK or standard) on the activations "
+            "at --hook, and save it in SAELens' format with metrics.json (validation L0, explained variance, CE "
+            "loss recovered). Same as python -m interp_gpt.sae.training.",
+            ["--data data/corpus --out saes/resid1 --k 32 --n-tokens 1310720"],
+            sae_command.add_arguments,
+            sae_command.run_command,
+        ),
+        (
+            "train-transcoder",
+            "train transcoders (per-layer, with a skip, or cross-layer) that predict each MLP's output from its input",
+            "Split --data into training and validation text, harvest every layer's MLP input (--input-hook) and "
+            "output (hook_mlp_out) in one pass, train the set, and save it (SAELens' or circuit-tracer's files) "
+            "with metrics.json (per-layer explained variance, L0, dead fraction, CE loss recovered with every MLP "
+            "replaced). Same as python -m interp_gpt.sae.train_transcoder_command.",
+            [
+                "--kind skip --data data/corpus --out transcoders/tiny-gpt2 --k 32",
+                "--kind clt --data data/corpus --out transcoders/tiny-gpt2-clt --k 16",
+            ],
+            transcoder_command.add_arguments,
+            transcoder_command.run_command,
+        ),
+        (
+            "attribute",
+            attribute.HELP,
+            attribute.DESCRIPTION,
+            attribute.EXAMPLES,
+            attribute.add_arguments,
+            lambda args: attribute.run(args, _load),
+        ),
+        (
+            "train-lens",
+            train_lens.HELP,
+            train_lens.DESCRIPTION,
+            train_lens.EXAMPLES,
+            train_lens.add_arguments,
+            lambda args: train_lens.run(args, _load),
+        ),
+    ]
+    for name, help, description, examples, add_arguments, run in table:
+        p = _subcommand(sub, name, help, description, examples)
+        add_arguments(p)
+        p.set_defaults(func=run)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -556,12 +550,7 @@ def build_parser() -> argparse.ArgumentParser:
         _add_lens,
         _add_heads,
         _add_compare,
-        _add_harvest,
-        _add_features,
-        _add_train_sae,
-        _add_train_transcoder,
-        _add_attribute,
-        _add_train_lens,
+        _add_delegated,
     ):
         add(sub)
     return parser

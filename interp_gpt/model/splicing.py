@@ -3,67 +3,22 @@ a replacement. GPT's `add_sae`, `reset_saes`, `saes(...)`, `run_with_saes`, `run
 `run_with_hooks_with_saes`, `acts_to_saes` (transformer-lens' HookedSAETransformer names) and
 `transcoders(...)`.
 
-A spliced module reads the activation at one hook point (its *read* hook) and replaces the activation
-at another (its *write* hook) with its output; for an SAE the two are the same hook, for a per-layer
-transcoder the read hook is `blocks.L.ln2.hook_normalized` (or `blocks.L.hook_resid_mid`) and the write
-hook `blocks.L.hook_mlp_out`. While spliced, the model's hook point at the write hook is replaced by a
-`SplicedHookPoint` that keeps its name and its hooks and passes the activation through the module; the
-module's own hook points hang under it and join `model.hook_dict`:
+A spliced module reads the activation at its *read* hook and replaces the activation at its *write*
+hook with its output (one hook for an SAE; `blocks.L.ln2.hook_normalized` -> `blocks.L.hook_mlp_out`
+for a per-layer transcoder). While spliced, the write hook point is a `SplicedHookPoint` that keeps its
+name and hooks and passes the activation through the module, whose hook points join `model.hook_dict`:
 
     blocks.1.hook_resid_pre                      the model's activation (hooks here run first, then the module)
     blocks.1.hook_resid_pre.hook_sae_input       ... the module's inner hook points, in its hook_names order
     blocks.1.hook_resid_pre.hook_sae_error       x - the clean replacement   (use_error_term=True only)
     blocks.1.hook_resid_pre.hook_sae_output      what flows downstream
 
-so run_with_cache, run_with_hooks, the patching sweeps and attribution patching take them by name.
-The module's parameters stay out of the model's state_dict and parameters(). A read hook other than
-the write hook becomes a `SplicedHookPoint` too, with no module: its hooks run as before, then it keeps
-its output (what flows downstream, after any module spliced there) for the modules that read it later
-in the same pass: per thread, per pass (a hook that runs the model again gets a pass of its own), and
-dropped when the pass ends, by an error too (a forward hook of torch's with always_call=True; a pass
-run through `model.forward(...)` rather than `model(...)` drops it when its reader has taken it, and
-one cut short by Ctrl-C, which torch's hook does not see, when the last reading module is taken out).
-
-With `use_error_term=True` the output is the replacement plus the error x - x_hat of a hook-free pass,
-as in sae-lens, so interventions on the module's features change the output and nothing else does. We
-add it as `x + (x_hat - x_hat_clean)`, which is x bit for bit while no hook changes anything (sae-lens'
-`x_hat + (x - x_hat_clean)` is x to rounding). Gradients reach the read activation through x_hat only,
-as in sae-lens (Marks et al. 2024, A.3); the error node gets its own gradient when a hook watches it.
-Reading a LayerNorm's `hook_normalized` takes that LayerNorm off its fused kernel (as any hook there
-does), so the model then computes what it computes with that hook watched: the same within float error.
-
-The protocol: what the mechanism needs from a module it splices (duck-typed, no base class; `Spliceable`
-below spells it out for the type checker; `interp_gpt.sae.SAE` follows it):
-
-    splice_hooks(model, arg) -> (read, write)   the hook it reads and the hook it replaces, once it is
-                                                 known to fit `model`; refuses by name (TypeError,
-                                                 ValueError, KeyError) what does not fit, naming `arg`
-    splice_forward(x, hooked=True) -> Tensor     its replacement for the write hook's activation, from the
-                                                 read hook's `x`: through its inner hook points (all but
-                                                 the two below) if hooked, past every one if not, with the
-                                                 same arithmetic (the clean pass of the error term)
-    hook_sae_error, hook_sae_output: HookPoint   the error term and the output pass through them
-                                                 (sae-lens' names, which its transcoders share)
-    hook_names: tuple[str, ...]                  the attribute names of all its hook points (those two
-                                                 included); spliced, each is renamed "<write>.<name>"
-    dtype, device                                must equal the model's
-    extra_repr() -> str                          what error messages and repr show of it
-
-and, optionally (a module whose parts share what they compute in a pass: a cross-layer transcoder):
-
-    splice_parts() -> Sequence[Spliceable]       splice these instead of the module itself (a CLT: one
-                                                 view per layer, each reading layer l, writing layer l)
-    splice_state: object                         modules with the same `splice_state` share one dict per
-                                                 pass (per thread, per pass, in the frames of the read
-                                                 values: dropped at the pass's end and on error), given
-                                                 to splice_forward as `state=` (a CLT keeps each layer's
-                                                 features there for the later layers' decoders)
-    splice_has_hooks() -> bool                   whether a hook could change its output (default: one
-                                                 of its inner hook points has hooks); the error term's
-                                                 clean pass runs when it does
-
-Spliced modules act in every thread's passes (like `add_hook`), until removed. Nothing here imports a
-feature package: an SAE's checks live in its `splice_hooks` (interp_gpt.sae).
+The module's parameters stay out of the model's state_dict and parameters(). A read hook other than the
+write hook keeps its output, per thread and per pass, for the modules that read it later in the pass.
+With `use_error_term=True` the output is `x + (x_hat - x_hat_clean)` (x bit for bit while no hook
+changes anything; gradients reach x through x_hat only, as in sae-lens). What a module must provide is
+the `Spliceable` protocol (duck-typed; `interp_gpt.sae.SAE` follows it). Spliced modules act in every
+thread's passes until removed.
 """
 
 from __future__ import annotations
@@ -89,7 +44,29 @@ _STATE = "splice_state"  # a frame's key for the dicts of modules sharing a spli
 
 
 class Spliceable(Protocol):
-    """A module the mechanism can splice in (see the module's docs)."""
+    """A module the mechanism can splice in (duck-typed, no base class needed):
+
+        splice_hooks(model, arg) -> (read, write)   the hook it reads and the hook it replaces, once it is
+                                                     known to fit `model`; refuses by name (TypeError,
+                                                     ValueError, KeyError) what does not fit, naming `arg`
+        splice_forward(x, hooked=True) -> Tensor     its replacement for the write hook's activation, from the
+                                                     read hook's `x`: through its inner hook points (all but
+                                                     the two below) if hooked, past every one if not, with the
+                                                     same arithmetic (the clean pass of the error term)
+        hook_sae_error, hook_sae_output: HookPoint   the error term and the output pass through them
+        hook_names: tuple[str, ...]                  the attribute names of all its hook points (those two
+                                                     included); spliced, each is renamed "<write>.<name>"
+        dtype, device                                must equal the model's
+        extra_repr() -> str                          what error messages and repr show of it
+
+    and, optionally (a module whose parts share what they compute in a pass: a cross-layer transcoder):
+
+        splice_parts() -> Sequence[Spliceable]       splice these instead of the module itself
+        splice_state: object                         modules with the same `splice_state` share one dict per
+                                                     pass, given to splice_forward as `state=`
+        splice_has_hooks() -> bool                   whether a hook could change its output (default: one
+                                                     of its inner hook points has hooks)
+    """
 
     hook_sae_error: HookPoint
     hook_sae_output: HookPoint

@@ -19,7 +19,7 @@ from ..cache import ActivationCache
 from ..checks import check_callable, check_gradient_reached, check_shape
 from ..model.gpt import GPT
 from ..utils import get_act_name
-from .generic import PatchingMetric, as_tokens, check_model, generic_activation_patch, metric_value
+from .generic import PatchingMetric, as_tokens, check_model, generic_activation_patch, metric_value, scalar_metric
 from .setters import COVERED_AXES, layer_pos_patch_setter
 from .sweeps import SWEEPS, Sweep
 
@@ -118,19 +118,9 @@ def attribution_patch(
         return None if t.requires_grad else t.detach().requires_grad_(True)
 
     with torch.enable_grad(), model.hooks(fwd_hooks=[("hook_embed", ensure_grad)] + [(n, keep) for n in names]):
-        logits = model(corrupted)
-        value = metric(logits)
-        if not isinstance(value, Tensor):
-            raise TypeError(
-                f"metric returned {type(value).__name__}; attribution patching needs a scalar tensor "
-                "that autograd can differentiate (no .item())"
-            )
-        if value.numel() != 1:
-            raise ValueError(f"metric returned a tensor of shape {tuple(value.shape)}; it must return a scalar")
-        if not value.requires_grad:
-            raise ValueError("metric's output does not depend on the logits through autograd (detached?)")
+        value = scalar_metric(metric, model(corrupted), "attribution patching")
         # 3. One backward pass; torch.autograd.grad leaves the parameters' .grad untouched.
-        grads = torch.autograd.grad(value.reshape(()), [acts[n] for n in names], allow_unused=True)
+        grads = torch.autograd.grad(value, [acts[n] for n in names], allow_unused=True)
     check_gradient_reached(grads, "metric", metric, "attribution_patch", "activation patched")
     grad_of = {
         n: (g if g is not None else torch.zeros_like(acts[n])).detach() for n, g in zip(names, grads, strict=True)

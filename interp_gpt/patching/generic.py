@@ -130,6 +130,22 @@ def _indices_from_df(model: GPT, n_pos: int, index_df: Any) -> list[list[int]]:
     return rows
 
 
+def scalar_metric(metric: PatchingMetric, logits: Tensor, purpose: str, hint: str = "") -> Tensor:
+    """`metric(logits)` as a 0-d tensor autograd can differentiate, or a clear error naming what
+    needs it (`purpose`, e.g. "edge attribution"); `hint` follows "it must return a scalar"."""
+    value = metric(logits)
+    if not isinstance(value, Tensor):
+        raise TypeError(
+            f"metric returned {type(value).__name__}; {purpose} needs a scalar tensor that autograd "
+            "can differentiate (no .item())"
+        )
+    if value.numel() != 1:
+        raise ValueError(f"metric returned a tensor of shape {tuple(value.shape)}; it must return a scalar{hint}")
+    if not value.requires_grad:
+        raise ValueError("metric's output does not depend on the logits through autograd (detached?)")
+    return value.reshape(())
+
+
 def metric_value(patching_metric: PatchingMetric, logits: Tensor) -> float:
     value = patching_metric(logits)
     if isinstance(value, Tensor):
