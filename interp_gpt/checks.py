@@ -29,6 +29,7 @@ from torch import Tensor
 
 __all__ = [
     "check_int",
+    "check_seed",
     "check_int_in_range",
     "check_index",
     "check_layer",
@@ -83,6 +84,19 @@ def check_int_in_range(
     else:
         allowed = f"{what} are {low}..{high}" if what else f"expected {low}..{high}"
     raise ValueError(f"{_where(caller)}{arg}={value!r} is out of range: {allowed}")
+
+
+def check_seed(value: Any, arg: str = "seed", caller: str | None = None, high: int = 2**63 - 1) -> int:
+    """A random seed: an int (Python, numpy or a 0-d integer tensor; never a bool) in 0..`high`, checked before
+    any work so that a bad seed never fails a run midway. torch takes seeds below 2**64, numpy's generators
+    any non-negative int, its legacy RandomState below 2**32 (pass `high=2**32 - 1`): the default, 2**63 - 1,
+    fits torch and `numpy.random.default_rng` both.
+
+    Example:
+        >>> check_seed(0), check_seed(torch.tensor(7))
+        (0, 7)
+    """
+    return check_int_in_range(value, arg, 0, high, "seeds", caller=caller)
 
 
 def check_index(value: Any, size: int, arg: str, what: str, *, caller: str | None = None) -> int:
