@@ -23,12 +23,12 @@ from ..hooks import HookPoint
 
 __all__ = [
     "parse_dtype", "dtype_name", "cast_state", "SAEMetadata", "FORMAT_VERSION", "PRE6_METADATA_KEYS", "is_6x",
-    "from_pre_6", "saelens_cfg_dict", "with_saelens_versions", "config_from_fields", "config_from_file",
+    "from_pre_6", "saelens_cfg_dict", "with_saelens_versions", "saelens_cfg_json", "config_from_fields", "config_from_file",
     "coerce_metadata", "check_positive_ints", "check_bools", "check_strings", "ConfigDtype", "HOOK_NAMES", "identity",
     "NO_HOOKS", "hooks_of", "add_hook_points", "check_seed", "zero_if_present", "load_built", "CoderWeights",
     "CoderHookPoints", "CFG_FILENAME", "WEIGHTS_FILENAME", "DIGEST_KEY", "read_safetensors", "check_tensors",
     "check_digest", "removed_if_left_empty", "model_key", "names_other_model", "explained_variance",
-    "check_eval_inputs", "zero_ablation", "ce_batches", "ce_metrics", "add_corpus_arguments", "add_run_arguments",
+    "check_eval_inputs", "zero_ablation", "ce_batches", "ce_metrics", "add_corpus_arguments", "add_feature_arguments", "add_run_arguments",
     "add_out_arguments", "config_from_options", "check_hooks", "start_training_run", "run_subcommand", "command_main",
 ]  # fmt: skip
 
@@ -169,6 +169,24 @@ def with_saelens_versions(meta: dict[str, Any]) -> dict[str, Any]:
     meta.setdefault("sae_lens_version", FORMAT_VERSION)
     meta.setdefault("sae_lens_training_version", meta["sae_lens_version"])
     return meta
+
+
+def saelens_cfg_json(
+    cfg: Any, architecture: str, fixed: dict[str, Any], extra: dict[str, Any], topk: dict[str, Any]
+) -> dict[str, Any]:
+    """The cfg.json sae-lens 6 writes for `cfg`: its widths, dtype, device and normalisation, `fixed`
+    (apply_b_dec_to_input, reshape_activations) and `extra` fields, `topk`'s for a topk one, its
+    metadata (with the sae-lens version) and `architecture`, in sae-lens' order."""
+    out: dict[str, Any] = {"d_in": cfg.d_in, "d_sae": cfg.d_sae, "dtype": cfg.dtype, "device": cfg.device}
+    out["apply_b_dec_to_input"] = fixed["apply_b_dec_to_input"]
+    out["normalize_activations"] = cfg.normalize_activations
+    out["reshape_activations"] = fixed["reshape_activations"]
+    out.update(extra)
+    if cfg.architecture == "topk":
+        out.update(topk)
+    out["metadata"] = with_saelens_versions(cfg.metadata.to_dict())
+    out["architecture"] = architecture
+    return out
 
 
 def config_from_fields(cls: Any, where: str, **kwargs: Any) -> Any:
@@ -490,6 +508,15 @@ def add_corpus_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--val-frac", type=float, default=0.1, help="tail of each file kept for validation")
 
 
+def add_feature_arguments(p: argparse.ArgumentParser, architectures: tuple[str, ...], helps: tuple[str, ...]) -> None:
+    """--architecture (one of `architectures`, the first by default), --d-sae, --k, --l1-coefficient; `helps`
+    says each."""
+    p.add_argument("--architecture", choices=architectures, default=architectures[0], help=helps[0])
+    p.add_argument("--d-sae", type=int, default=1024, help=helps[1])
+    p.add_argument("--k", type=int, default=32, help=helps[2])
+    p.add_argument("--l1-coefficient", type=float, default=1.0, help=helps[3])
+
+
 def add_run_arguments(p: argparse.ArgumentParser) -> None:
     """The optimisation and run options train-sae and train-transcoder share (checked by `check_sae_args`)."""
     p.add_argument("--lr", type=float, default=4e-4, help="Adam's learning rate")
@@ -506,11 +533,8 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
 
 def add_out_arguments(p: argparse.ArgumentParser, what: str) -> None:
     """--out (a folder for `what` and metrics.json) and --no-progress."""
-    p.add_argument(
-        "--out",
-        required=True,
-        help=f"folder for {what} (a run stopped by NaN or inf saves its last good state in OUT/last_good)",
-    )
+    out = f"folder for {what} (a run stopped by NaN or inf saves its last good state in OUT/last_good)"
+    p.add_argument("--out", required=True, help=out)
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 

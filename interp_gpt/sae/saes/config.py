@@ -31,7 +31,7 @@ from ..common import (
     is_6x,
     parse_dtype,
     saelens_cfg_dict,
-    with_saelens_versions,
+    saelens_cfg_json,
 )
 
 __all__ = [
@@ -117,21 +117,9 @@ class SAEConfig(ConfigDtype):
 
     def to_dict(self) -> dict[str, Any]:
         """The cfg.json sae-lens 6 writes (and reads back as its own)."""
-        out: dict[str, Any] = {
-            "d_in": self.d_in,
-            "d_sae": self.d_sae,
-            "dtype": self.dtype,
-            "device": self.device,
-            "apply_b_dec_to_input": self.apply_b_dec_to_input,
-            "normalize_activations": self.normalize_activations,
-            "reshape_activations": self.reshape_activations,
-        }
-        if self.architecture == "topk":
-            out["k"] = self.k
-            out["rescale_acts_by_decoder_norm"] = self.rescale_acts_by_decoder_norm
-        out["metadata"] = with_saelens_versions(self.metadata.to_dict())
-        out["architecture"] = self.architecture
-        return out
+        fixed = {"apply_b_dec_to_input": self.apply_b_dec_to_input, "reshape_activations": self.reshape_activations}
+        topk = {"k": self.k, "rescale_acts_by_decoder_norm": self.rescale_acts_by_decoder_norm}
+        return saelens_cfg_json(self, self.architecture, fixed, {}, topk)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any], where: str = "cfg") -> SAEConfig:

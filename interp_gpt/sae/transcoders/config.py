@@ -24,19 +24,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..common import (
-    ConfigDtype,
-    SAEMetadata,
-    check_bools,
-    check_positive_ints,
-    check_strings,
-    coerce_metadata,
-    config_from_fields,
-    dtype_name,
-    parse_dtype,
-    saelens_cfg_dict,
-    with_saelens_versions,
-)
+from .. import common
+from ..common import SAEMetadata
 
 __all__ = [
     "TranscoderConfig",
@@ -116,7 +105,7 @@ def layer_of(hook: str | None) -> int | None:
     return int(m.group(1)) if m else None
 
 
-class TranscoderFields(ConfigDtype):
+class TranscoderFields(common.ConfigDtype):
     """What TranscoderConfig and CLTConfig read alike from their metadata: the model and its weights."""
 
     metadata: SAEMetadata
@@ -162,15 +151,15 @@ class TranscoderConfig(TranscoderFields):
 
     def __post_init__(self) -> None:
         # Every field's type first (a JSON "false" is truthy), then its value, each error naming the field.
-        self.metadata = coerce_metadata(self.metadata)
+        self.metadata = common.coerce_metadata(self.metadata)
         for name in _METADATA_STR:
             v = self.metadata.get(name)
             if v is not None and not isinstance(v, str):
                 raise TypeError(f"metadata.{name}={v!r}: expected a string, got {type(v).__name__}")
         self.metadata[PROCESSING_KEY] = parse_processing(self.metadata.get(PROCESSING_KEY))
-        check_positive_ints(self, ("d_in", "d_sae", "d_out", "k"))
-        check_bools(self, _BOOL_FIELDS, "True / False, JSON true / false")
-        check_strings(self, ("architecture", "normalize_activations", "device"))
+        common.check_positive_ints(self, ("d_in", "d_sae", "d_out", "k"))
+        common.check_bools(self, _BOOL_FIELDS, "True / False, JSON true / false")
+        common.check_strings(self, ("architecture", "normalize_activations", "device"))
         if self.architecture not in TRANSCODER_ARCHITECTURES:
             hint = ""
             if self.architecture in SAELENS_ARCHITECTURES:
@@ -191,7 +180,7 @@ class TranscoderConfig(TranscoderFields):
             )
         if self.architecture == "relu" and not self.nonnegative_acts:
             raise ValueError("nonnegative_acts=False: a relu transcoder's activations are non-negative by definition")
-        self.dtype = dtype_name(parse_dtype(self.dtype))
+        self.dtype = common.dtype_name(common.parse_dtype(self.dtype))
         if self.normalize_activations not in _NORMALIZATIONS:
             raise ValueError(
                 f"normalize_activations={self.normalize_activations!r} is not supported for transcoders "
@@ -233,28 +222,16 @@ class TranscoderConfig(TranscoderFields):
     # ----- sae-lens' cfg.json -------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
         """The cfg.json sae-lens 6 writes for a transcoder (and reads back as its own, but for TopK)."""
-        out: dict[str, Any] = {
-            "d_in": self.d_in,
-            "d_sae": self.d_sae,
-            "dtype": self.dtype,
-            "device": self.device,
-            "apply_b_dec_to_input": False,  # sae-lens refuses True for transcoders (b_dec is d_out wide)
-            "normalize_activations": self.normalize_activations,
-            "reshape_activations": "none",
-            "d_out": self.d_out,
-        }
-        if self.architecture == "topk":
-            out["k"] = self.k
-            out["nonnegative_acts"] = self.nonnegative_acts
-        out["metadata"] = with_saelens_versions(self.metadata.to_dict())
-        out["architecture"] = self.saelens_architecture
-        return out
+        # sae-lens refuses apply_b_dec_to_input=True for transcoders (b_dec is d_out wide)
+        fixed = {"apply_b_dec_to_input": False, "reshape_activations": "none"}
+        topk = {"k": self.k, "nonnegative_acts": self.nonnegative_acts}
+        return common.saelens_cfg_json(self, self.saelens_architecture, fixed, {"d_out": self.d_out}, topk)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any], where: str = "cfg") -> TranscoderConfig:
         """Read a sae-lens transcoder cfg.json's contents (pre-6.0 layouts converted as sae-lens does).
         A JumpReLU file reads with nonnegative_acts=True: sae-lens' JumpReLU transcoder applies a ReLU."""
-        d = saelens_cfg_dict(d, where)
+        d = common.saelens_cfg_dict(d, where)
         arch = d.get("architecture")
         if arch not in SAELENS_ARCHITECTURES:
             raise ValueError(
@@ -277,7 +254,7 @@ class TranscoderConfig(TranscoderFields):
         kwargs = {k: v for k, v in d.items() if k in names and v is not None}
         if architecture != "topk":
             kwargs.pop("nonnegative_acts", None)  # sae-lens' JumpReLU transcoder clamps at 0: True
-        return config_from_fields(cls, where, architecture=architecture, skip=skip, **kwargs)  # type: ignore[no-any-return]
+        return common.config_from_fields(cls, where, architecture=architecture, skip=skip, **kwargs)  # type: ignore[no-any-return]
 
 
 def transcoder_shapes(cfg: TranscoderConfig) -> dict[str, tuple[int, ...]]:
