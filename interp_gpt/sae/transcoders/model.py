@@ -224,12 +224,7 @@ class Transcoder(CoderHookPoints, nn.Module):
                 f"{arg}: cfg.metadata.hook_name (the input) and hook_name_out (the output) must both be set to splice "
                 f"it, got {self.input_hook!r} and {self.output_hook!r}"
             )
-        owner = getattr(self, "_spliced_in", None)
-        if owner is None or owner is getattr(model, "hook_dict", {}).get(self.output_hook):
-            # (spliced in elsewhere, the splice refuses it next: that splice's map stays)
-            self._splice_plan = None if plan is None or plan.identity else plan
-        read = plan.read_hook if plan is not None and plan.read_hook else self.input_hook
-        return read, self.output_hook
+        return take_splice_plan(self, model, plan)
 
     def splice_forward(self, x: Tensor, hooked: bool = True) -> Tensor:
         """The prediction from the read hook's `x`, not through `hook_sae_output` (the splice runs that,
@@ -446,6 +441,17 @@ def check_transcoder_fits(
     a layer it lacks, a hook it lacks (KeyError), widths other than its hooks', or one made for other
     weights (raw / processed: metadata.model_processing) that has no exact conversion to the model's."""
     fit_plan(model, tc, caller, arg)
+
+
+def take_splice_plan(module: Any, model: Any, plan: Plan | None) -> tuple[str, str]:
+    """(read, write) hooks of a transcoder (or a CLT's layer view) being spliced into `model`, once it
+    fits, keeping `plan` (its map onto the model's weights) for its splice_forward."""
+    owner = getattr(module, "_spliced_in", None)
+    if owner is None or owner is getattr(model, "hook_dict", {}).get(module.output_hook):
+        # (spliced in elsewhere, the splice refuses it next: that splice's map stays)
+        module._splice_plan = None if plan is None or plan.identity else plan
+    read = plan.read_hook if plan is not None and plan.read_hook else module.input_hook
+    return read, module.output_hook
 
 
 def fit_plan(model: Any, tc: Transcoder, caller: str = "check_transcoder_fits", arg: str = "transcoder") -> Plan | None:
