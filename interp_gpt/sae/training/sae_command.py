@@ -25,6 +25,7 @@ from ...files import write_atomic
 from ...utils import hook_shape
 from ..common import (
     add_corpus_arguments,
+    add_feature_arguments,
     add_out_arguments,
     add_run_arguments,
     check_hooks,
@@ -47,10 +48,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default="tiny-gpt2", help="model name, hub id, folder or weights file")
     p.add_argument("--hook", default="blocks.1.hook_resid_pre", help="the hook to train on")
     add_corpus_arguments(p)
-    p.add_argument("--architecture", choices=("topk", "standard"), default="topk", help="TopK or ReLU + L1")
-    p.add_argument("--d-sae", type=int, default=1024, help="features")
-    p.add_argument("--k", type=int, default=32, help="active features per token (topk)")
-    p.add_argument("--l1-coefficient", type=float, default=1.0, help="(standard)")
+    add_feature_arguments(
+        p, ("topk", "standard"), ("TopK or ReLU + L1", "features", "active features per token (topk)", "(standard)")
+    )
     add_run_arguments(p)
     add_out_arguments(p, "cfg.json, sae_weights.safetensors, metrics.json")
 
