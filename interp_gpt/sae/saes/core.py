@@ -20,24 +20,15 @@ import torch
 from jaxtyping import Float
 from torch import Tensor, nn
 
-from ...hooks import HookPoint
-from .config import SAEConfig, dtype_name, parse_dtype
+from ..common import NO_HOOKS, CoderHookPoints, add_hook_points, cast_state, dtype_name, hooks_of, load_built
+from .config import SAEConfig
 from .fit import fit_hook
 from .io import expected_shapes, find_release, read_sae_folder, write_sae_folder
 
 __all__ = ["SAE"]
 
-_HOOK_NAMES = (
-    "hook_sae_input",
-    "hook_sae_acts_pre",
-    "hook_sae_acts_post",
-    "hook_sae_output",
-    "hook_sae_recons",
-    "hook_sae_error",
-)
 
-
-class SAE(nn.Module):
+class SAE(CoderHookPoints, nn.Module):
     """A sparse autoencoder as sae-lens 6 builds it (StandardSAE / TopKSAE / JumpReLUSAE in one class).
 
     Example:
@@ -67,14 +58,9 @@ class SAE(nn.Module):
             self.register_parameter(name, nn.Parameter(torch.zeros(shape, dtype=dtype, device=device)))
         if device.type != "meta":
             self.init_weights()
-        self.hook_sae_input = HookPoint()  # [..., d_in]
-        self.hook_sae_acts_pre = HookPoint()  # [..., d_sae]
-        self.hook_sae_acts_post = HookPoint()  # [..., d_sae]
-        self.hook_sae_output = HookPoint()  # [..., d_in]
-        self.hook_sae_recons = HookPoint()  # [..., d_in]
-        self.hook_sae_error = HookPoint()  # [..., d_in], only spliced with use_error_term=True
-        for name in _HOOK_NAMES:
-            getattr(self, name).name = name
+        # hook_sae_input, _output, _recons [..., d_in]; _acts_pre, _acts_post [..., d_sae]; hook_sae_error
+        # [..., d_in], only spliced with use_error_term=True
+        add_hook_points(self)
         self._last_state: dict[str, Any] = {}
 
     W_enc: nn.Parameter  # [d_in, d_sae]
@@ -94,26 +80,11 @@ class SAE(nn.Module):
             if hasattr(self, name):
                 getattr(self, name).zero_()
 
-    # ----- the two halves ------------------------------------------------------
-    @property
-    def dtype(self) -> torch.dtype:
-        """The dtype of its weights."""
-        return self.W_enc.dtype
-
-    @property
-    def device(self) -> torch.device:
-        """The device its weights are on."""
-        return self.W_enc.device
-
-    @property
-    def hook_names(self) -> tuple[str, ...]:
-        """The names of the SAE's own hook points (spliced, each is prefixed with the model's hook name)."""
-        return _HOOK_NAMES
-
+    # ----- the two halves (dtype, device, hook_names: CoderHookPoints') ---------------
     def _encode(self, x: Tensor, hooked: bool = True) -> tuple[Tensor, dict[str, Any]]:
         """Feature activations and what decode needs to undo the input's normalisation / reshape.
         `hooked=False` runs past the hook points (the clean pass of the error term)."""
-        hp = _hooks_of(self) if hooked else _NO_HOOKS
+        hp = hooks_of(self) if hooked else NO_HOOKS
         state: dict[str, Any] = {}
         x = x.to(self.dtype)
         if self.cfg.reshape_activations == "hook_z":
@@ -189,14 +160,7 @@ class SAE(nn.Module):
         `hooked=False` past every hook point: the clean pass of the error term."""
         return self._decode(*self._encode(x, hooked=hooked), hooked=hooked)
 
-    # ----- the hook points --------------------------------------------------------
-    def _hook_points(self) -> dict[str, HookPoint]:
-        return {name: getattr(self, name) for name in _HOOK_NAMES}
-
-    def reset_hooks(self, including_permanent: bool = False) -> None:
-        """Remove the functions attached to the SAE's own hook points."""
-        for hp in self._hook_points().values():
-            hp.remove_hooks("both", including_permanent=including_permanent)
+    # (reset_hooks: CoderHookPoints')
 
     # ----- loading and saving ---------------------------------------------------------
     @classmethod
@@ -228,15 +192,10 @@ class SAE(nn.Module):
         else:
             folder = find_release(str(release), sae_id)
         cfg, state = read_sae_folder(folder, device=device)
-        if dtype is not None:
-            torch_dtype = parse_dtype(dtype)
-            cfg.dtype = dtype_name(torch_dtype)
-            state = {k: v.to(torch_dtype) for k, v in state.items()}
-        cfg.device = "meta"  # build without allocating, then take the loaded tensors
-        sae = cls(cfg)
-        sae.load_state_dict(state, strict=True, assign=True)
-        cfg.device = str(device)
-        return sae
+        state, name = cast_state(state, dtype)
+        if name is not None:
+            cfg.dtype = name
+        return load_built(cls, cfg, state, device)  # type: ignore[no-any-return]
 
     load_from_disk = from_pretrained  # sae-lens' name for a local folder
 
@@ -260,14 +219,3 @@ class SAE(nn.Module):
         c = self.cfg
         extra = f", k={c.k}" if c.architecture == "topk" else ""
         return f"{c.architecture}, d_in={c.d_in}, d_sae={c.d_sae}{extra}, hook_name={c.hook_name!r}"
-
-
-def _identity(x: Tensor) -> Tensor:
-    return x
-
-
-_NO_HOOKS: dict[str, Any] = dict.fromkeys(_HOOK_NAMES, _identity)
-
-
-def _hooks_of(sae: SAE) -> dict[str, Any]:
-    return {name: getattr(sae, name) for name in _HOOK_NAMES}

@@ -13,21 +13,10 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ...checks import check_int_in_range, check_tokens
+from ..common import ce_batches, ce_metrics, check_eval_inputs, explained_variance
 from .core import SAE
 
 __all__ = ["explained_variance", "evaluate_sae"]
-
-
-def explained_variance(x: Tensor, x_hat: Tensor) -> float:
-    """sae-lens' explained variance of rows `x` `[n, d]` by `x_hat`: 1 - SSE / total sum of squares.
-
-    Example:
-        >>> explained_variance(x, sae(x))
-        0.93
-    """
-    x, x_hat = x.double(), x_hat.double()
-    return float(1 - (x - x_hat).pow(2).sum() / (x - x.mean(0)).pow(2).sum())
 
 
 @torch.no_grad()
@@ -47,8 +36,7 @@ def evaluate_sae(model: Any, sae: SAE, tokens: Tensor, batch_size: int = 32) -> 
     if not isinstance(hook, str):
         raise ValueError("sae: its cfg.metadata.hook_name is not set; the metrics need the hook it reads")
     model.hook_points([hook], arg="sae.cfg.metadata.hook_name")
-    tokens = check_tokens(tokens, model.cfg.d_vocab, model.cfg.n_ctx, caller="evaluate_sae")
-    batch_size = check_int_in_range(batch_size, "batch_size", 1, None, caller="evaluate_sae")
+    tokens, batch_size = check_eval_inputs(model, tokens, batch_size, "evaluate_sae")
     with model.saes([sae]):  # refuses, by name, an SAE that does not fit the hook (width, dtype, device)
         pass
     ce = {"clean": 0.0, "spliced": 0.0, "zero": 0.0}
@@ -56,15 +44,7 @@ def evaluate_sae(model: Any, sae: SAE, tokens: Tensor, batch_size: int = 32) -> 
     n_rows, l0_sum = 0, 0.0
     x_sum = None
     fired = torch.zeros(sae.cfg.d_sae, dtype=torch.bool, device=sae.device)
-
-    def zero(act: Tensor, hook: Any) -> Tensor:
-        return torch.zeros_like(act)
-
-    for i in range(0, tokens.shape[0], batch_size):
-        t = tokens[i : i + batch_size].to(model.W_E.device)
-        w = t.shape[0] / tokens.shape[0]
-        loss, cache = model.run_with_cache(t, names_filter=[hook], return_type="loss")
-        ce["clean"] += float(loss) * w
+    for cache in ce_batches(model, tokens, batch_size, [hook], lambda: model.saes([sae]), [hook], ce):
         act = cache[hook].to(sae.device, sae.dtype)
         # one row per token ([n, n_heads, d_head] for a hook_z SAE, which flattens it itself)
         rows = act.flatten(0, 1) if sae.cfg.reshape_activations == "hook_z" else act.reshape(-1, sae.cfg.d_in)
@@ -78,9 +58,6 @@ def evaluate_sae(model: Any, sae: SAE, tokens: Tensor, batch_size: int = 32) -> 
         x_sum = xd.sum(0) if x_sum is None else x_sum + xd.sum(0)
         tss_sum += float(xd.pow(2).sum())
         n_rows += x.shape[0]
-        with model.saes([sae]):
-            ce["spliced"] += float(model(t, return_type="loss")) * w
-        ce["zero"] += float(model.run_with_hooks(t, return_type="loss", fwd_hooks=[(hook, zero)])) * w
     assert x_sum is not None
     tss = tss_sum - float(x_sum.pow(2).sum()) / n_rows  # sum ||x - mean||^2
     return {
@@ -88,9 +65,5 @@ def evaluate_sae(model: Any, sae: SAE, tokens: Tensor, batch_size: int = 32) -> 
         "mse": sse / n_rows,
         "explained_variance": 1 - sse / tss,
         "dead_fraction": float((~fired).float().mean()),
-        "ce_clean": ce["clean"],
-        "ce_spliced": ce["spliced"],
-        "ce_zero_ablation": ce["zero"],
-        "ce_loss_recovered": (ce["zero"] - ce["spliced"]) / (ce["zero"] - ce["clean"]),
-        "n_tokens": float(n_rows),
+        **ce_metrics(ce, n_rows),
     }

@@ -11,8 +11,8 @@ from __future__ import annotations
 import warnings
 from typing import TYPE_CHECKING, Any
 
-from ...checkpoints.sources import hub_id
 from ...utils import hook_shape
+from ..common import names_other_model
 
 if TYPE_CHECKING:
     from ...config import Config
@@ -62,12 +62,7 @@ def fit_hook(model: Any, sae: Any, arg: str = "sae") -> str:
             f"(d_model={cfg.d_model}, d_mlp={cfg.d_mlp}, d_head={cfg.d_head})"
         )
     trained_on, model_name = sae.cfg.metadata.get("model_name"), getattr(cfg, "model_name", None)
-    if (
-        isinstance(trained_on, str)
-        and isinstance(model_name, str)
-        and model_name not in ("", "custom")
-        and _model_key(trained_on) != _model_key(model_name)
-    ):
+    if names_other_model(trained_on, model_name):
         warnings.warn(
             f"{arg}: the SAE was trained on {trained_on!r} (its cfg.metadata.model_name) but the model is "
             f"{model_name!r}: its features may mean nothing on this model",
@@ -75,8 +70,3 @@ def fit_hook(model: Any, sae: Any, arg: str = "sae") -> str:
             stacklevel=4,
         )
     return name
-
-
-def _model_key(name: str) -> str:
-    """A model name as compared: its last path part, lower case, transformer-lens' aliases resolved."""
-    return hub_id(name.strip().rstrip("/\\").replace("\\", "/").rsplit("/", 1)[-1].lower())

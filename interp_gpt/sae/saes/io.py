@@ -20,15 +20,22 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ...checkpoints.sources import CheckpointError, config_digest
+from ...checkpoints.sources import CheckpointError, config_digest, read_json_object
 from ...files import atomic_path
+from ..common import (
+    CFG_FILENAME,
+    DIGEST_KEY,
+    WEIGHTS_FILENAME,
+    check_digest,
+    check_tensors,
+    config_from_file,
+    read_safetensors,
+    removed_if_left_empty,
+)
 from .config import SAEConfig
 
 __all__ = ["CFG_FILENAME", "WEIGHTS_FILENAME", "KNOWN_RELEASES", "read_sae_folder", "write_sae_folder", "find_release"]
 
-CFG_FILENAME = "cfg.json"
-WEIGHTS_FILENAME = "sae_weights.safetensors"
-DIGEST_KEY = "interp_gpt_cfg_sha256"
 # sae-lens release names (its pretrained_saes.yaml) whose files are in its own format, sae_id = folder.
 KNOWN_RELEASES = {
     "gpt2-small-res-jb": "jbloom/GPT2-Small-SAEs-Reformatted",
@@ -53,16 +60,8 @@ def expected_shapes(cfg: SAEConfig) -> dict[str, tuple[int, ...]]:
 
 
 def read_config(path: Path) -> SAEConfig:
-    try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise CheckpointError(f"{path}: not valid JSON ({e})") from e
-    if not isinstance(raw, dict):
-        raise CheckpointError(f"{path}: expected a JSON object {{...}}, got a {type(raw).__name__}")
-    try:
-        return SAEConfig.from_dict(raw, where=str(path))
-    except (TypeError, ValueError) as e:
-        raise CheckpointError(str(e)) from e
+    """The SAEConfig of a cfg.json (CheckpointError naming the file)."""
+    return config_from_file(SAEConfig, read_json_object(path), path)  # type: ignore[no-any-return]
 
 
 def read_sae_folder(folder: Path, device: str | torch.device = "cpu") -> tuple[SAEConfig, dict[str, Tensor]]:
@@ -77,20 +76,8 @@ def read_sae_folder(folder: Path, device: str | torch.device = "cpu") -> tuple[S
             f"(the folder holds: {', '.join(there) or 'nothing'})"
         )
     cfg = read_config(cfg_path)
-    from safetensors import SafetensorError, safe_open
-
-    try:
-        with safe_open(str(weights_path), framework="pt", device=str(device)) as f:
-            meta = f.metadata() or {}
-            state = {k: f.get_tensor(k) for k in f.keys()}  # noqa: SIM118 (safe_open is no Mapping)
-    except (SafetensorError, OSError, RuntimeError, ValueError) as e:
-        raise CheckpointError(f"{weights_path}: not a readable safetensors file ({e})") from e
-    digest = meta.get(DIGEST_KEY)
-    if digest is not None and digest != config_digest(cfg_path.read_text(encoding="utf-8")):
-        raise CheckpointError(
-            f"{folder}: {WEIGHTS_FILENAME} was saved with another {CFG_FILENAME} than the one beside it "
-            "(an interrupted save?); save the SAE again"
-        )
+    state, meta = read_safetensors(weights_path, device)
+    check_digest(meta, cfg_path, "SAE")
     _normalise_state(state, cfg, weights_path)
     dtype = cfg.torch_dtype
     return cfg, {k: v.to(dtype) for k, v in state.items()}
@@ -104,24 +91,8 @@ def _normalise_state(state: dict[str, Tensor], cfg: SAEConfig, where: Path) -> N
         sf = state.pop("scaling_factor")
         if not torch.all(sf == 1):
             raise CheckpointError(f"{where}: a finetuning 'scaling_factor' other than 1 is not supported")
-    shapes = expected_shapes(cfg)
-    missing = [k for k in shapes if k not in state]
-    unexpected = [k for k in state if k not in shapes]
-    wrong = [
-        f"{k} {tuple(state[k].shape)} (expected {shapes[k]})"
-        for k in shapes
-        if k in state and tuple(state[k].shape) != shapes[k]
-    ]
-    if missing or unexpected or wrong:
-        parts = [f"missing {missing}" if missing else "", f"unexpected {unexpected}" if unexpected else ""]
-        parts.append(f"mis-shaped {', '.join(wrong)}" if wrong else "")
-        raise CheckpointError(
-            f"{where}: its tensors do not fit a {cfg.architecture} SAE with d_in={cfg.d_in}, d_sae={cfg.d_sae}: "
-            + "; ".join(p for p in parts if p)
-        )
-    bad = [k for k, v in state.items() if not v.is_floating_point() or not bool(torch.isfinite(v).all())]
-    if bad:
-        raise CheckpointError(f"{where}: tensor {bad[0]!r} holds non-finite (or non-float) values")
+    what = f"its tensors do not fit a {cfg.architecture} SAE with d_in={cfg.d_in}, d_sae={cfg.d_sae}: "
+    check_tensors(state, expected_shapes(cfg), where, what)
 
 
 def write_sae_folder(folder: Path, cfg: SAEConfig, state: dict[str, Tensor]) -> tuple[Path, Path]:
@@ -132,21 +103,15 @@ def write_sae_folder(folder: Path, cfg: SAEConfig, state: dict[str, Tensor]) -> 
     folder = Path(folder)
     if folder.exists() and not folder.is_dir():
         raise NotADirectoryError(f"path: {str(folder)!r} is a file; expected a folder to save the SAE in")
-    created = not folder.exists()
     text = json.dumps(cfg.to_dict(), indent=2)
     tensors = {k: v.detach().to("cpu").contiguous() for k, v in state.items()}
     weights_path, cfg_path = folder / WEIGHTS_FILENAME, folder / CFG_FILENAME
-    try:
-        # Both temporaries are written before either takes its name; cfg.json goes in first, the
-        # weights (which name its digest) last, so a crash in between is caught by read_sae_folder.
-        with atomic_path(weights_path) as wtmp:
-            save_file(tensors, str(wtmp), metadata={DIGEST_KEY: config_digest(text), "format": "pt"})
-            with atomic_path(cfg_path) as ctmp:
-                ctmp.write_text(text, encoding="utf-8")
-    except BaseException:
-        if created and folder.is_dir() and not any(folder.iterdir()):
-            folder.rmdir()
-        raise
+    # Both temporaries are written before either takes its name; cfg.json goes in first, the
+    # weights (which name its digest) last, so a crash in between is caught by read_sae_folder.
+    with removed_if_left_empty(folder), atomic_path(weights_path) as wtmp:
+        save_file(tensors, str(wtmp), metadata={DIGEST_KEY: config_digest(text), "format": "pt"})
+        with atomic_path(cfg_path) as ctmp:
+            ctmp.write_text(text, encoding="utf-8")
     return weights_path, cfg_path
 
 

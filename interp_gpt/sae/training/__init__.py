@@ -25,17 +25,8 @@ from __future__ import annotations
 
 from ..saes.evaluation import evaluate_sae, explained_variance
 from ..transcoders.evaluation import evaluate_transcoders
-from .data import (
-    SHIPPED_CLT_DIR,
-    SHIPPED_SAE_DIR,
-    SHIPPED_TRANSCODERS_DIR,
-    activation_batches,
-    shipped_clt,
-    shipped_sae,
-    shipped_transcoders,
-    split_corpus,
-    token_windows,
-)
+from . import data
+from .data import *  # noqa: F403 (every name of data.py, listed once there)
 from .sae_command import add_arguments as add_arguments
 from .sae_command import main
 from .sae_command import run as run
@@ -52,14 +43,6 @@ __all__ = [
     "evaluate_transcoders",
     "evaluate_sae",
     "explained_variance",
-    "split_corpus",
-    "token_windows",
-    "activation_batches",
-    "SHIPPED_SAE_DIR",
-    "shipped_sae",
-    "SHIPPED_TRANSCODERS_DIR",
-    "SHIPPED_CLT_DIR",
-    "shipped_transcoders",
-    "shipped_clt",
+    *data.__all__,
     "main",
 ]

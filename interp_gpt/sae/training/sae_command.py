@@ -18,13 +18,22 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-import torch
 from torch import Tensor
 
-from ...checks import BAD_INPUT, check_float, check_int_in_range, check_text_files, error_line
-from ...cli.common import add_data_argument
+from ...checks import check_float, check_int_in_range, check_text_files
 from ...files import write_atomic
 from ...utils import hook_shape
+from ..common import (
+    add_corpus_arguments,
+    add_feature_arguments,
+    add_out_arguments,
+    add_run_arguments,
+    check_hooks,
+    command_main,
+    config_from_options,
+    run_subcommand,
+    start_training_run,
+)
 from ..saes.config import SAEConfig, SAEMetadata
 from ..saes.core import SAE
 from ..saes.evaluation import evaluate_sae
@@ -34,38 +43,16 @@ from .sae_trainer import NonFiniteTrainingError, SAETrainer, SAETrainingConfig
 __all__ = ["add_arguments", "run", "run_command", "main"]
 
 
-def add_run_arguments(p: argparse.ArgumentParser) -> None:
-    """The optimisation and run options train-sae and train-transcoder share (checked by `check_sae_args`)."""
-    p.add_argument("--lr", type=float, default=4e-4, help="Adam's learning rate")
-    p.add_argument("--lr-warm-up-steps", type=int, default=0, help="steps of linear warm-up from 0")
-    p.add_argument("--lr-decay-steps", type=int, default=0, help="final steps of linear decay to 0")
-    p.add_argument("--batch-size", type=int, default=4096, help="rows (tokens) per step")
-    p.add_argument("--context-size", type=int, default=128, help="tokens per window (BOS first)")
-    p.add_argument("--n-tokens", type=int, default=4_000_000, help="training tokens (steps x batch size)")
-    p.add_argument("--val-windows", type=int, default=0, help="validation windows for the metrics (0: all)")
-    p.add_argument("--log-every", type=int, default=100, help="steps between log lines (and NaN checks)")
-    p.add_argument("--seed", type=int, default=0, help="seeds the weights and the data order")
-    p.add_argument("--threads", type=int, default=0, help="torch threads, 0 for torch's own choice (default: 0)")
-
-
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """The train-sae options (this module's command and `interp-gpt train-sae`)."""
     p.add_argument("--model", default="tiny-gpt2", help="model name, hub id, folder or weights file")
     p.add_argument("--hook", default="blocks.1.hook_resid_pre", help="the hook to train on")
-    add_data_argument(p, "the text to train on (each file split by --val-frac)")
-    p.add_argument("--val-frac", type=float, default=0.1, help="tail of each file kept for validation")
-    p.add_argument("--architecture", choices=("topk", "standard"), default="topk", help="TopK or ReLU + L1")
-    p.add_argument("--d-sae", type=int, default=1024, help="features")
-    p.add_argument("--k", type=int, default=32, help="active features per token (topk)")
-    p.add_argument("--l1-coefficient", type=float, default=1.0, help="(standard)")
-    add_run_arguments(p)
-    p.add_argument(
-        "--out",
-        required=True,
-        help="folder for cfg.json, sae_weights.safetensors, metrics.json (a run stopped by NaN or inf "
-        "saves its last good state in OUT/last_good)",
+    add_corpus_arguments(p)
+    add_feature_arguments(
+        p, ("topk", "standard"), ("TopK or ReLU + L1", "features", "active features per token (topk)", "(standard)")
     )
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_run_arguments(p)
+    add_out_arguments(p, "cfg.json, sae_weights.safetensors, metrics.json")
 
 
 def check_sae_args(args: argparse.Namespace) -> SAETrainingConfig:
@@ -90,20 +77,7 @@ def check_sae_args(args: argparse.Namespace) -> SAETrainingConfig:
         "log_every": args.log_every,
         "seed": args.seed,
     }
-    try:
-        return SAETrainingConfig(**options)
-    except (TypeError, ValueError) as e:  # name the option, not the config field
-        msg = str(e).removeprefix("SAETrainingConfig: ")
-        field = next((f for f in options if msg.startswith(f + "=")), None)
-        raise ValueError("--" + field.replace("_", "-") + msg[len(field) :] if field else msg) from None
-
-
-def _check_hook(model: Any, hook: str) -> None:
-    """The hook exists (else one line naming it, with the close names)."""
-    try:
-        model.hook_points([hook], arg="--hook")
-    except KeyError as e:
-        raise ValueError(f"--hook: {e.args[0]}") from None
+    return config_from_options(SAETrainingConfig, options, options)  # type: ignore[no-any-return]
 
 
 def _hook_width(model: Any, hook: str, tokens: Tensor) -> tuple[int, str]:
@@ -129,15 +103,9 @@ def run(args: argparse.Namespace, argv: Sequence[str] | None = None) -> dict[str
     Everything the run needs (the options, the hook, the corpus, the SAE's fit to the model and its
     evaluation) is checked before the first step; the SAE is saved before its final evaluation. A step
     that meets NaN / inf stops the run and saves the SAE's last good state in OUT/last_good."""
-    from ...loading import from_pretrained
-
     cfg = check_sae_args(args)
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    torch.manual_seed(args.seed)
-    model = from_pretrained(args.model)
-    model.eval()
-    _check_hook(model, args.hook)
+    model = start_training_run(args)
+    check_hooks(model, [args.hook], "--hook")
     check_int_in_range(args.context_size, "--context-size", 2, model.cfg.n_ctx, f"contexts of {args.model}")
     train_texts, val_texts = split_corpus(check_text_files(args.data, "--data"), args.val_frac)
     val_tokens = token_windows(model, val_texts, args.context_size, args.val_windows or None)
@@ -226,20 +194,9 @@ def train_save_evaluate(
 
 def run_command(args: argparse.Namespace) -> int:
     """`interp-gpt train-sae ...` (the same options; the command recorded is this module's equivalent)."""
-    argv = sys.argv[2:] if len(sys.argv) > 1 and sys.argv[1] == "train-sae" else None
-    run(args, argv)
-    return 0
+    return run_subcommand(run, args, "train-sae")
 
 
 def main(argv: list[str] | None = None) -> int:
     """`python -m interp_gpt.sae.training ...`; returns the exit status (2: bad input)."""
-    parser = argparse.ArgumentParser(prog="python -m interp_gpt.sae.training", description=__doc__.split("\n")[0])
-    add_arguments(parser)
-    argv = sys.argv[1:] if argv is None else argv
-    args = parser.parse_args(argv)
-    try:
-        run(args, argv)
-    except BAD_INPUT as e:
-        print(f"error: {error_line(e)}", file=sys.stderr)
-        return 2
-    return 0
+    return command_main("python -m interp_gpt.sae.training", __doc__.split("\n")[0], add_arguments, run, argv)

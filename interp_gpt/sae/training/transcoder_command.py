@@ -24,11 +24,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import torch
-
-from ...checks import BAD_INPUT, check_text_files, error_line
-from ...cli.common import add_data_argument
-from ..saes.config import SAEMetadata
+from ...checks import check_text_files
+from .. import common
 from ..transcoders.clt import CLT_FILE_PATTERN, CLTConfig, CrossLayerTranscoder, save_clt
 from ..transcoders.config import TranscoderConfig
 from ..transcoders.evaluation import evaluate_transcoders
@@ -36,7 +33,7 @@ from ..transcoders.io import replaceable_in_set
 from ..transcoders.model import Transcoder, save_transcoders
 from ..transcoders.processing import model_processing
 from .data import activation_batches, split_corpus, token_windows
-from .sae_command import add_run_arguments, check_sae_args, train_save_evaluate
+from .sae_command import check_sae_args, train_save_evaluate
 from .transcoder_trainer import TranscoderTrainer, TranscoderTrainingConfig
 
 __all__ = ["add_arguments", "run", "run_command", "main"]
@@ -52,27 +49,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--kind", choices=("plt", "skip", "clt"), default="skip", help="per-layer, with a skip, or CLT")
     p.add_argument("--layers", default="all", help="comma-separated layers (default all; a CLT needs 0..N-1)")
     p.add_argument("--input-hook", default=INPUT_HOOKS[0], help=f"what each layer reads: {' or '.join(INPUT_HOOKS)}")
-    add_data_argument(p, "the text to train on (each file split by --val-frac)")
-    p.add_argument("--val-frac", type=float, default=0.1, help="tail of each file kept for validation")
-    p.add_argument("--architecture", choices=("topk", "relu", "jumprelu"), default="topk", help="activation")
-    p.add_argument("--d-sae", type=int, default=1024, help="features per layer")
-    p.add_argument("--k", type=int, default=32, help="active features per token and layer (topk)")
-    p.add_argument("--l1-coefficient", type=float, default=1.0, help="(relu)")
+    common.add_corpus_arguments(p)
+    helps = ("activation", "features per layer", "active features per token and layer (topk)", "(relu)")
+    common.add_feature_arguments(p, ("topk", "relu", "jumprelu"), helps)
     p.add_argument("--l0-coefficient", type=float, default=1.0, help="(jumprelu)")
     p.add_argument("--jumprelu-bandwidth", type=float, default=0.05, help="(jumprelu) the estimators' window")
     p.add_argument("--jumprelu-init-threshold", type=float, default=0.01, help="(jumprelu)")
-    add_run_arguments(p)
+    common.add_run_arguments(p)
     p.add_argument(
         "--format", choices=("saelens", "circuit-tracer"), default=None,
         help="files of a PLT set (default saelens); a CLT is always circuit-tracer's CLT folder",
     )  # fmt: skip
-    p.add_argument(
-        "--out",
-        required=True,
-        help="folder for the transcoders and metrics.json (a run stopped by NaN or inf saves its last good "
-        "state in OUT/last_good)",
-    )
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    common.add_out_arguments(p, "the transcoders and metrics.json")
 
 
 def _check_args(args: argparse.Namespace) -> TranscoderTrainingConfig:
@@ -96,12 +84,8 @@ def _check_args(args: argparse.Namespace) -> TranscoderTrainingConfig:
                 f"one a train-transcoder run of --kind {args.kind} wrote"
             )
     extra = {name: getattr(args, name) for name in ("l0_coefficient", "jumprelu_bandwidth", "jumprelu_init_threshold")}
-    try:
-        return TranscoderTrainingConfig(**{**_config_fields(cfg), **extra})
-    except (TypeError, ValueError) as e:  # name the option, not the config field
-        msg = str(e).removeprefix("TranscoderTrainingConfig: ")
-        field = next((f for f in extra if msg.startswith(f + "=")), None)
-        raise ValueError("--" + field.replace("_", "-") + msg[len(field) :] if field else msg) from None
+    fields = {**_config_fields(cfg), **extra}
+    return common.config_from_options(TranscoderTrainingConfig, fields, extra)  # type: ignore[no-any-return]
 
 
 def _config_fields(cfg: Any) -> dict[str, Any]:
@@ -146,7 +130,7 @@ def _build(
 ) -> Transcoder | list[Transcoder] | CrossLayerTranscoder:
     d = model.cfg.d_model
     nonneg = args.format != "circuit-tracer" or args.architecture == "relu"  # circuit-tracer's keep negatives
-    common: dict[str, Any] = dict(
+    shape: dict[str, Any] = dict(
         d_in=d, d_sae=args.d_sae, d_out=d, architecture=args.architecture,
         k=args.k if args.architecture == "topk" else None, nonnegative_acts=nonneg,
     )  # fmt: skip
@@ -159,16 +143,16 @@ def _build(
         return CrossLayerTranscoder(
             CLTConfig(
                 n_layers=len(layers),
-                **common,
-                metadata=SAEMetadata({**meta, "hook_name": args.input_hook, "hook_name_out": OUTPUT_HOOK}),
+                **shape,
+                metadata=common.SAEMetadata({**meta, "hook_name": args.input_hook, "hook_name_out": OUTPUT_HOOK}),
             )
         )
     return [
         Transcoder(
             TranscoderConfig(
-                **common,
+                **shape,
                 skip=args.kind == "skip",
-                metadata=SAEMetadata(
+                metadata=common.SAEMetadata(
                     {
                         **meta,
                         "model_processing": processing[layer],
@@ -203,14 +187,8 @@ def _try_save(tcs: Any, out: Path, fmt: str | None) -> None:
 
 def run(args: argparse.Namespace, argv: Sequence[str] | None = None) -> dict[str, Any]:
     """Train and save one transcoder set from parsed arguments; returns the metrics written to metrics.json."""
-    from ...loading import from_pretrained
-
     cfg = _check_args(args)
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    torch.manual_seed(args.seed)
-    model = from_pretrained(args.model)
-    model.eval()
+    model = common.start_training_run(args)
     name = model.cfg.model_name or args.model
     layers = _layers(args, model.cfg.n_layers, name)
     from ...checks import check_int_in_range
@@ -218,10 +196,7 @@ def run(args: argparse.Namespace, argv: Sequence[str] | None = None) -> dict[str
     check_int_in_range(args.context_size, "--context-size", 2, model.cfg.n_ctx, f"contexts of {args.model}")
     tcs = _build(args, model, layers)
     trainer = TranscoderTrainer(tcs, cfg)
-    try:
-        model.hook_points(trainer.hooks, arg="--input-hook")
-    except KeyError as e:
-        raise ValueError(f"--input-hook: {e.args[0]}") from None
+    common.check_hooks(model, trainer.hooks, "--input-hook")
     train_texts, val_texts = split_corpus(check_text_files(args.data, "--data"), args.val_frac)
     val_tokens = token_windows(model, val_texts, args.context_size, args.val_windows or None)
     evaluate_transcoders(model, tcs, val_tokens[:1])  # the final evaluation's path, tried before step 1
@@ -240,23 +215,12 @@ def run(args: argparse.Namespace, argv: Sequence[str] | None = None) -> dict[str
 
 def run_command(args: argparse.Namespace) -> int:
     """`interp-gpt train-transcoder ...` (the command recorded is this module's equivalent)."""
-    argv = sys.argv[2:] if len(sys.argv) > 1 and sys.argv[1] == "train-transcoder" else None
-    run(args, argv)
-    return 0
+    return common.run_subcommand(run, args, "train-transcoder")
 
 
 def main(argv: list[str] | None = None) -> int:
     """`python -m interp_gpt.sae.train_transcoder_command ...`; returns the exit status (2: bad input)."""
-    parser = argparse.ArgumentParser(prog=_PROG, description=__doc__.split("\n")[0])
-    add_arguments(parser)
-    argv = sys.argv[1:] if argv is None else argv
-    args = parser.parse_args(argv)
-    try:
-        run(args, argv)
-    except BAD_INPUT as e:
-        print(f"error: {error_line(e)}", file=sys.stderr)
-        return 2
-    return 0
+    return common.command_main(_PROG, __doc__.split("\n")[0], add_arguments, run, argv)
 
 
 if __name__ == "__main__":

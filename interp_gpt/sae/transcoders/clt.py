@@ -38,9 +38,20 @@ from torch import Tensor, nn
 from ...checkpoints.sources import CheckpointError
 from ...files import atomic_folder, atomic_path
 from ...hooks import HookPoint
-from ..saes.config import SAEMetadata, dtype_name, parse_dtype
-from .config import TranscoderConfig
-from .io import CT_CONFIG_FILENAME, cast_state, read_safetensors, save_safetensors
+from ..common import (
+    CoderWeights,
+    SAEMetadata,
+    cast_state,
+    check_seed,
+    check_tensors,
+    dtype_name,
+    identity,
+    load_built,
+    read_safetensors,
+    zero_if_present,
+)
+from .config import TranscoderConfig, TranscoderFields
+from .io import CT_CONFIG_FILENAME, save_safetensors
 from .model import activate
 from .splice import CLTLayer
 
@@ -51,7 +62,7 @@ CLT_KIND, CLT_EXT_KIND = "cross_layer_transcoder", "interp_gpt.cross_layer_trans
 
 
 @dataclass
-class CLTConfig:
+class CLTConfig(TranscoderFields):
     """A cross-layer transcoder's shape: n_layers, and a PLT's fields for each layer (checked as
     TranscoderConfig checks them). `metadata.hook_name` / `hook_name_out` are relative to blocks.L
     ("ln2.hook_normalized", "hook_mlp_out"), as circuit-tracer's feature_input_hook / feature_output_hook.
@@ -109,22 +120,6 @@ class CLTConfig:
         """The model hook the decoders into layer `layer` write, e.g. "blocks.1.hook_mlp_out"."""
         return self._hook("hook_name_out", layer)
 
-    @property
-    def model_name(self) -> str | None:
-        """The model it was trained on (`metadata.model_name`), or None."""
-        v = self.metadata.get("model_name")
-        return v if isinstance(v, str) else None
-
-    @property
-    def processing(self) -> dict[str, bool]:
-        """The weight processing of the model it is for (metadata.model_processing; raw by default)."""
-        return dict(self.metadata["model_processing"])
-
-    @property
-    def torch_dtype(self) -> torch.dtype:
-        """`dtype` as a torch dtype."""
-        return parse_dtype(self.dtype)
-
 
 class _LayerHooks(nn.Module):
     """One layer's hook points, with the SAE's names (hook_sae_error: the error term's, while spliced)."""
@@ -135,7 +130,7 @@ class _LayerHooks(nn.Module):
             setattr(self, name, HookPoint())
 
 
-class CrossLayerTranscoder(nn.Module):
+class CrossLayerTranscoder(CoderWeights, nn.Module):
     """A cross-layer transcoder over `n_layers` layers (see the module's docs for the maths).
 
     Example (tiny-gpt2's shapes):
@@ -179,30 +174,19 @@ class CrossLayerTranscoder(nn.Module):
     @torch.no_grad()
     def init_weights(self, seed: int | None = None) -> None:
         """Kaiming-uniform encoders and decoders (as a PLT's), zero biases, skips and thresholds."""
-        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
-            raise TypeError(f"init_weights: seed={seed!r}: expected an integer or None")
+        check_seed(seed)
         gen = torch.Generator(device=self.W_enc.device).manual_seed(seed) if seed is not None else None
         for p in [self.W_enc, *self.W_dec]:
             bound = (6.0 / p.shape[-1]) ** 0.5
             p.copy_((torch.rand(p.shape, generator=gen, device=p.device) * 2 - 1) * bound)
-        for name in ("b_enc", "b_dec", "W_skip", "threshold"):
-            if hasattr(self, name):
-                getattr(self, name).zero_()
+        zero_if_present(self, ("b_enc", "b_dec", "W_skip", "threshold"))
 
     @property
     def n_layers(self) -> int:
         """The layers it reads from (one encoder each)."""
         return self.cfg.n_layers
 
-    @property
-    def dtype(self) -> torch.dtype:
-        """The dtype of its weights."""
-        return self.W_enc.dtype
-
-    @property
-    def device(self) -> torch.device:
-        """The device its weights are on."""
-        return self.W_enc.device
+    # (dtype, device: CoderWeights')
 
     def input_hook(self, layer: int) -> str | None:
         """The hook that layer `layer`'s encoder reads."""
@@ -254,7 +238,7 @@ class CrossLayerTranscoder(nn.Module):
         return hp("hook_sae_acts_post")(activate(pre, self.cfg, threshold))
 
     def _hooks(self, layer: int, hooked: bool) -> Any:
-        return (lambda name: self._hp(layer, name)) if hooked else (lambda name: _identity)
+        return (lambda name: self._hp(layer, name)) if hooked else (lambda name: identity)
 
     def decode_layer(
         self, acts: Float[Tensor, "src ... d_sae"], layer: int, x: Float[Tensor, "... d_in"] | None = None
@@ -327,20 +311,14 @@ class CrossLayerTranscoder(nn.Module):
         if meta.get("hook_name") == "mlp.hook_in":  # read where the model has it, mapped exactly
             meta["hook_name"] = "ln2.hook_normalized"
         cfg = dataclasses.replace(self.cfg, metadata=meta, device="meta")
-        clt = CrossLayerTranscoder(cfg)
-        clt.load_state_dict(convert_clt_state(self.state_dict(), plans, self.cfg.skip), strict=True, assign=True)
-        cfg.device = str(self.device)
-        return clt
+        state = convert_clt_state(self.state_dict(), plans, self.cfg.skip)
+        return load_built(CrossLayerTranscoder, cfg, state, self.device)  # type: ignore[no-any-return]
 
     def extra_repr(self) -> str:
         """Its shape and hooks, in `repr`."""
         c = self.cfg
         extra = (f", k={c.k}" if c.architecture == "topk" else "") + (", skip" if c.skip else "")
         return f"{c.architecture}, n_layers={c.n_layers}, d_in={c.d_in}, d_sae={c.d_sae}, d_out={c.d_out}{extra}"
-
-
-def _identity(x: Tensor) -> Tensor:
-    return x
 
 
 # ----------------------------------------------------------------------------------------------
@@ -479,8 +457,8 @@ def load_clt(
     shapes.update({"W_skip": (cfg.d_out, cfg.d_in)} if cfg.skip else {})
     for i in range(n):
         want = {f"{k}_{i}": s for k, s in shapes.items()}
-        _check_file(enc[i], want, folder / f"W_enc_{i}.safetensors")
-        _check_file(dec[i], {f"W_dec_{i}": (cfg.d_sae, n - i, cfg.d_out)}, folder / f"W_dec_{i}.safetensors")
+        check_tensors(enc[i], want, folder / f"W_enc_{i}.safetensors")
+        check_tensors(dec[i], {f"W_dec_{i}": (cfg.d_sae, n - i, cfg.d_out)}, folder / f"W_dec_{i}.safetensors")
     state["W_enc"] = torch.stack([enc[i][f"W_enc_{i}"].T for i in range(n)])
     for k in shapes:
         if k != "W_enc":
@@ -490,25 +468,4 @@ def load_clt(
     state, cast_name = cast_state(state, dtype)
     if cast_name is not None:
         cfg.dtype = cast_name
-    cfg.device = "meta"
-    clt = CrossLayerTranscoder(cfg)
-    clt.load_state_dict(state, strict=True, assign=True)
-    cfg.device = str(device)
-    return clt
-
-
-def _check_file(tensors: dict[str, Tensor], shapes: dict[str, tuple[int, ...]], where: Path) -> None:
-    missing = [k for k in shapes if k not in tensors]
-    unexpected = [k for k in tensors if k not in shapes]
-    wrong = [
-        f"{k} {tuple(tensors[k].shape)} (expected {s})"
-        for k, s in shapes.items()
-        if k in tensors and tuple(tensors[k].shape) != s
-    ]
-    if missing or unexpected or wrong:
-        parts = [f"missing {missing}" if missing else "", f"unexpected {unexpected}" if unexpected else ""]
-        parts.append(f"mis-shaped {', '.join(wrong)}" if wrong else "")
-        raise CheckpointError(f"{where}: " + "; ".join(q for q in parts if q))
-    bad = [k for k, v in tensors.items() if not v.is_floating_point() or not bool(torch.isfinite(v).all())]
-    if bad:
-        raise CheckpointError(f"{where}: tensor {bad[0]!r} holds non-finite (or non-float) values")
+    return load_built(CrossLayerTranscoder, cfg, state, device)  # type: ignore[no-any-return]

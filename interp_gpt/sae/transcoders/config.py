@@ -24,9 +24,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-import torch
-
-from ..saes.config import SAEMetadata, dtype_name, from_pre_6, is_6x, parse_dtype
+from .. import common
+from ..common import SAEMetadata
 
 __all__ = [
     "TranscoderConfig",
@@ -37,6 +36,7 @@ __all__ = [
     "parse_processing",
     "transcoder_shapes",
     "layer_of",
+    "TranscoderFields",
 ]
 
 TRANSCODER_ARCHITECTURES = ("relu", "jumprelu", "topk")
@@ -105,8 +105,26 @@ def layer_of(hook: str | None) -> int | None:
     return int(m.group(1)) if m else None
 
 
+class TranscoderFields(common.ConfigDtype):
+    """What TranscoderConfig and CLTConfig read alike from their metadata: the model and its weights."""
+
+    metadata: SAEMetadata
+
+    @property
+    def model_name(self) -> str | None:
+        """The model it was trained on (`metadata.model_name`), or None."""
+        v = self.metadata.get("model_name")
+        return v if isinstance(v, str) else None
+
+    @property
+    def processing(self) -> dict[str, bool]:
+        """The weight processing of the model it is for: metadata.model_processing, e.g.
+        {"fold_ln": False, "center_writing_weights": False} (raw weights, the default)."""
+        return dict(self.metadata[PROCESSING_KEY])
+
+
 @dataclass
-class TranscoderConfig:
+class TranscoderConfig(TranscoderFields):
     """A per-layer transcoder's widths, activation, skip connection and hook points.
 
     Example (tiny-gpt2: the MLP reads and writes d_model = 128):
@@ -133,35 +151,15 @@ class TranscoderConfig:
 
     def __post_init__(self) -> None:
         # Every field's type first (a JSON "false" is truthy), then its value, each error naming the field.
-        if not isinstance(self.metadata, SAEMetadata):
-            if not isinstance(self.metadata, dict):
-                raise TypeError(f"metadata: expected a dict (a JSON object), got {type(self.metadata).__name__}")
-            self.metadata = SAEMetadata(self.metadata)
+        self.metadata = common.coerce_metadata(self.metadata)
         for name in _METADATA_STR:
             v = self.metadata.get(name)
             if v is not None and not isinstance(v, str):
                 raise TypeError(f"metadata.{name}={v!r}: expected a string, got {type(v).__name__}")
         self.metadata[PROCESSING_KEY] = parse_processing(self.metadata.get(PROCESSING_KEY))
-        for name in ("d_in", "d_sae", "d_out", "k"):
-            v = getattr(self, name)
-            if v is None and name == "k":
-                continue
-            if isinstance(v, bool) or not isinstance(v, int):
-                raise TypeError(f"{name}={v!r}: expected a positive integer, got {type(v).__name__}")
-            if v < 1:
-                raise ValueError(f"{name}={v!r}: expected a positive integer")
-        for name in _BOOL_FIELDS:
-            v = getattr(self, name)
-            if not isinstance(v, bool):
-                raise TypeError(
-                    f"{name}={v!r}: expected a boolean (True / False, JSON true / false), got {type(v).__name__}"
-                )
-        if isinstance(self.device, torch.device):
-            self.device = str(self.device)
-        for name in ("architecture", "normalize_activations", "device"):
-            v = getattr(self, name)
-            if not isinstance(v, str):
-                raise TypeError(f"{name}={v!r}: expected a string, got {type(v).__name__}")
+        common.check_positive_ints(self, ("d_in", "d_sae", "d_out", "k"))
+        common.check_bools(self, _BOOL_FIELDS, "True / False, JSON true / false")
+        common.check_strings(self, ("architecture", "normalize_activations", "device"))
         if self.architecture not in TRANSCODER_ARCHITECTURES:
             hint = ""
             if self.architecture in SAELENS_ARCHITECTURES:
@@ -182,7 +180,7 @@ class TranscoderConfig:
             )
         if self.architecture == "relu" and not self.nonnegative_acts:
             raise ValueError("nonnegative_acts=False: a relu transcoder's activations are non-negative by definition")
-        self.dtype = dtype_name(parse_dtype(self.dtype))
+        self.dtype = common.dtype_name(common.parse_dtype(self.dtype))
         if self.normalize_activations not in _NORMALIZATIONS:
             raise ValueError(
                 f"normalize_activations={self.normalize_activations!r} is not supported for transcoders "
@@ -217,23 +215,6 @@ class TranscoderConfig:
         return lin if lin is not None else layer_of(self.output_hook)
 
     @property
-    def model_name(self) -> str | None:
-        """The model it was trained on (`metadata.model_name`), or None."""
-        v = self.metadata.get("model_name")
-        return v if isinstance(v, str) else None
-
-    @property
-    def processing(self) -> dict[str, bool]:
-        """The weight processing of the model it is for: metadata.model_processing, e.g.
-        {"fold_ln": False, "center_writing_weights": False} (raw weights, the default)."""
-        return dict(self.metadata[PROCESSING_KEY])
-
-    @property
-    def torch_dtype(self) -> torch.dtype:
-        """`dtype` as a torch dtype."""
-        return parse_dtype(self.dtype)
-
-    @property
     def saelens_architecture(self) -> str:
         """The "architecture" of its sae-lens cfg.json ("skip_transcoder", "jumprelu_transcoder", ...)."""
         return next(name for name, v in SAELENS_ARCHITECTURES.items() if v == (self.architecture, self.skip))
@@ -241,38 +222,16 @@ class TranscoderConfig:
     # ----- sae-lens' cfg.json -------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
         """The cfg.json sae-lens 6 writes for a transcoder (and reads back as its own, but for TopK)."""
-        out: dict[str, Any] = {
-            "d_in": self.d_in,
-            "d_sae": self.d_sae,
-            "dtype": self.dtype,
-            "device": self.device,
-            "apply_b_dec_to_input": False,  # sae-lens refuses True for transcoders (b_dec is d_out wide)
-            "normalize_activations": self.normalize_activations,
-            "reshape_activations": "none",
-            "d_out": self.d_out,
-        }
-        if self.architecture == "topk":
-            out["k"] = self.k
-            out["nonnegative_acts"] = self.nonnegative_acts
-        meta = self.metadata.to_dict()
-        meta.setdefault("sae_lens_version", "6.0.0")  # a 6.x reader takes the file for its own layout
-        meta.setdefault("sae_lens_training_version", meta["sae_lens_version"])
-        out["metadata"] = meta
-        out["architecture"] = self.saelens_architecture
-        return out
+        # sae-lens refuses apply_b_dec_to_input=True for transcoders (b_dec is d_out wide)
+        fixed = {"apply_b_dec_to_input": False, "reshape_activations": "none"}
+        topk = {"k": self.k, "nonnegative_acts": self.nonnegative_acts}
+        return common.saelens_cfg_json(self, self.saelens_architecture, fixed, {"d_out": self.d_out}, topk)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any], where: str = "cfg") -> TranscoderConfig:
         """Read a sae-lens transcoder cfg.json's contents (pre-6.0 layouts converted as sae-lens does).
         A JumpReLU file reads with nonnegative_acts=True: sae-lens' JumpReLU transcoder applies a ReLU."""
-        if not isinstance(d, dict):
-            raise TypeError(f"{where}: expected a JSON object, got {type(d).__name__}")
-        meta_in = d.get("metadata")
-        if meta_in is not None and not isinstance(meta_in, dict):
-            raise ValueError(f"{where}: metadata must be an object, got {type(meta_in).__name__}")
-        version = d.get("sae_lens_version") or (meta_in or {}).get("sae_lens_version")
-        if not is_6x(version):
-            d = from_pre_6(d)
+        d = common.saelens_cfg_dict(d, where)
         arch = d.get("architecture")
         if arch not in SAELENS_ARCHITECTURES:
             raise ValueError(
@@ -295,10 +254,7 @@ class TranscoderConfig:
         kwargs = {k: v for k, v in d.items() if k in names and v is not None}
         if architecture != "topk":
             kwargs.pop("nonnegative_acts", None)  # sae-lens' JumpReLU transcoder clamps at 0: True
-        try:
-            return cls(architecture=architecture, skip=skip, **kwargs)
-        except (TypeError, ValueError) as e:
-            raise ValueError(f"{where}: {e}") from e
+        return common.config_from_fields(cls, where, architecture=architecture, skip=skip, **kwargs)  # type: ignore[no-any-return]
 
 
 def transcoder_shapes(cfg: TranscoderConfig) -> dict[str, tuple[int, ...]]:

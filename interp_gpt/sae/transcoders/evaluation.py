@@ -17,7 +17,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from ...checks import check_int_in_range, check_tokens
+from ..common import ce_batches, ce_metrics, check_eval_inputs
 from .clt import CrossLayerTranscoder
 from .model import Transcoder
 
@@ -91,8 +91,7 @@ def evaluate_transcoders(model: Any, transcoders: Any, tokens: Tensor, batch_siz
     """
     caller = "evaluate_transcoders"
     _, tcs, clt = transcoder_set(transcoders, caller)
-    tokens = check_tokens(tokens, model.cfg.d_vocab, model.cfg.n_ctx, caller=caller)
-    batch_size = check_int_in_range(batch_size, "batch_size", 1, None, caller=caller)
+    tokens, batch_size = check_eval_inputs(model, tokens, batch_size, caller)
     if clt is not None:
         pairs = _clt_hooks(model, clt, caller)
         layers = list(range(clt.n_layers))
@@ -109,14 +108,10 @@ def evaluate_transcoders(model: Any, transcoders: Any, tokens: Tensor, batch_siz
     l0_sum, n_rows = [0.0] * n_set, 0
     fired = torch.zeros(n_set, d_sae, dtype=torch.bool, device=device)
 
-    def zero(act: Tensor, hook: Any) -> Tensor:
-        return torch.zeros_like(act)
+    def splice() -> Any:
+        return model.transcoders(tcs if clt is None else clt)
 
-    for i in range(0, tokens.shape[0], batch_size):
-        t = tokens[i : i + batch_size].to(model.W_E.device)
-        w = t.shape[0] / tokens.shape[0]
-        loss, cache = model.run_with_cache(t, names_filter=names, return_type="loss")
-        ce["clean"] += float(loss) * w
+    for cache in ce_batches(model, tokens, batch_size, names, splice, [b for _, b in pairs], ce):
         xs = torch.stack([cache[a].reshape(-1, cache[a].shape[-1]) for a, _ in pairs]).to(device, dtype)
         ys = torch.stack([cache[b].reshape(-1, cache[b].shape[-1]) for _, b in pairs]).to(device, dtype)
         if clt is not None:
@@ -133,10 +128,6 @@ def evaluate_transcoders(model: Any, transcoders: Any, tokens: Tensor, batch_siz
             y_total[j] = y.sum(0) if y_total[j] is None else y_total[j] + y.sum(0)  # type: ignore[operator]
             l0_sum[j] += float((acts[j] != 0).sum())
         n_rows += xs.shape[1]
-        with model.transcoders(tcs if clt is None else clt):
-            ce["spliced"] += float(model(t, return_type="loss")) * w
-        zeroed = [(b, zero) for _, b in pairs]
-        ce["zero"] += float(model.run_with_hooks(t, return_type="loss", fwd_hooks=zeroed)) * w
     for j in range(n_set):
         total = y_total[j]
         assert total is not None
@@ -153,9 +144,5 @@ def evaluate_transcoders(model: Any, transcoders: Any, tokens: Tensor, batch_siz
         "mse": sum(sse) / n_rows,
         "l0": sum(l0) / n_set,
         "dead_fraction": float((~fired).float().mean()),
-        "ce_clean": ce["clean"],
-        "ce_spliced": ce["spliced"],
-        "ce_zero_ablation": ce["zero"],
-        "ce_loss_recovered": (ce["zero"] - ce["spliced"]) / (ce["zero"] - ce["clean"]),
-        "n_tokens": float(n_rows),
+        **ce_metrics(ce, n_rows),
     }

@@ -47,8 +47,21 @@ from torch import Tensor
 
 from ...checkpoints.sources import CheckpointError, config_digest
 from ...files import atomic_folder, atomic_path
-from ..saes.config import SAEMetadata, dtype_name, parse_dtype
-from ..saes.io import CFG_FILENAME, DIGEST_KEY, WEIGHTS_FILENAME
+from ..common import (
+    CFG_FILENAME,
+    DIGEST_KEY,
+    WEIGHTS_FILENAME,
+    SAEMetadata,
+    check_digest,
+    check_tensors,
+    config_from_file,
+    dtype_name,
+    read_safetensors,
+    removed_if_left_empty,
+)
+from ..common import (
+    cast_state as cast_state,
+)
 from .config import PROCESSING_KEY, TranscoderConfig, parse_processing, transcoder_shapes
 
 __all__ = [
@@ -79,36 +92,9 @@ Item = tuple[TranscoderConfig, dict[str, Tensor]]
 # ----------------------------------------------------------------------------------------------
 def check_state(state: dict[str, Tensor], cfg: TranscoderConfig, where: str | Path) -> None:
     """Refuse, naming the file, missing / unexpected / mis-shaped tensors and non-finite values."""
-    shapes = transcoder_shapes(cfg)
-    missing = [k for k in shapes if k not in state]
-    unexpected = [k for k in state if k not in shapes]
-    wrong = [
-        f"{k} {tuple(state[k].shape)} (expected {shapes[k]})"
-        for k in shapes
-        if k in state and tuple(state[k].shape) != shapes[k]
-    ]
-    if missing or unexpected or wrong:
-        parts = [f"missing {missing}" if missing else "", f"unexpected {unexpected}" if unexpected else ""]
-        parts.append(f"mis-shaped {', '.join(wrong)}" if wrong else "")
-        kind = f"{cfg.architecture}{' skip' if cfg.skip else ''} transcoder"
-        raise CheckpointError(
-            f"{where}: its tensors do not fit a {kind} with d_in={cfg.d_in}, d_sae={cfg.d_sae}, d_out={cfg.d_out}: "
-            + "; ".join(p for p in parts if p)
-        )
-    bad = [k for k, v in state.items() if not v.is_floating_point() or not bool(torch.isfinite(v).all())]
-    if bad:
-        raise CheckpointError(f"{where}: tensor {bad[0]!r} holds non-finite (or non-float) values")
-
-
-def read_safetensors(path: Path, device: str | torch.device) -> tuple[dict[str, Tensor], dict[str, str]]:
-    from safetensors import SafetensorError, safe_open
-
-    try:
-        with safe_open(str(path), framework="pt", device=str(device)) as f:
-            meta = f.metadata() or {}
-            return {k: f.get_tensor(k) for k in f.keys()}, meta  # noqa: SIM118 (safe_open is no Mapping)
-    except (SafetensorError, OSError, RuntimeError, ValueError) as e:
-        raise CheckpointError(f"{path}: not a readable safetensors file ({e})") from e
+    kind = f"{cfg.architecture}{' skip' if cfg.skip else ''} transcoder"
+    what = f"its tensors do not fit a {kind} with d_in={cfg.d_in}, d_sae={cfg.d_sae}, d_out={cfg.d_out}: "
+    check_tensors(state, transcoder_shapes(cfg), where, what)
 
 
 def save_safetensors(path: Path, state: dict[str, Tensor], metadata: dict[str, str]) -> None:
@@ -138,17 +124,9 @@ def read_saelens_folder(folder: Path, device: str | torch.device = "cpu") -> Ite
         raw = json.loads(text)
     except json.JSONDecodeError as e:
         raise CheckpointError(f"{cfg_path}: not valid JSON ({e})") from e
-    try:
-        cfg = TranscoderConfig.from_dict(raw, where=str(cfg_path))
-    except (TypeError, ValueError) as e:
-        raise CheckpointError(str(e)) from e
+    cfg: TranscoderConfig = config_from_file(TranscoderConfig, raw, cfg_path)
     state, meta = read_safetensors(weights_path, device)
-    digest = meta.get(DIGEST_KEY)
-    if digest is not None and digest != config_digest(text):
-        raise CheckpointError(
-            f"{folder}: {WEIGHTS_FILENAME} was saved with another {CFG_FILENAME} than the one beside it "
-            "(an interrupted save?); save the transcoder again"
-        )
+    check_digest(meta, cfg_path, "transcoder", text)
     check_state(state, cfg, weights_path)
     return cfg, {k: v.to(cfg.torch_dtype) for k, v in state.items()}
 
@@ -172,17 +150,11 @@ def write_saelens_folder(folder: Path, cfg: TranscoderConfig, state: dict[str, T
     _saelens_ready(cfg, state, f"path={str(folder)!r}")
     text = json.dumps(cfg.to_dict(), indent=2)
     weights_path, cfg_path = folder / WEIGHTS_FILENAME, folder / CFG_FILENAME
-    created = not folder.exists()
-    try:
-        # Both files are whole before either takes its name; the weights name the digest of the
-        # cfg.json they go with, so a crash between the two renames is caught when the folder is read.
-        with atomic_path(cfg_path) as ctmp:
-            ctmp.write_text(text, encoding="utf-8")
-            save_safetensors(weights_path, state, {DIGEST_KEY: config_digest(text)})
-    except BaseException:
-        if created and folder.is_dir() and not any(folder.iterdir()):
-            folder.rmdir()
-        raise
+    # Both files are whole before either takes its name; the weights name the digest of the
+    # cfg.json they go with, so a crash between the two renames is caught when the folder is read.
+    with removed_if_left_empty(folder), atomic_path(cfg_path) as ctmp:
+        ctmp.write_text(text, encoding="utf-8")
+        save_safetensors(weights_path, state, {DIGEST_KEY: config_digest(text)})
     return weights_path, cfg_path
 
 
@@ -488,10 +460,3 @@ def _write_into(folder: Path, items: list[Item], format: str, config: dict[str, 
         save_safetensors(folder / f"layer_{cfg.layer}.safetensors", out, {})
     with atomic_path(folder / CT_CONFIG_FILENAME) as t:  # written last: circuit-tracer's "complete" mark
         t.write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
-
-
-def cast_state(state: dict[str, Tensor], dtype: str | torch.dtype | None) -> tuple[dict[str, Tensor], str | None]:
-    if dtype is None:
-        return state, None
-    torch_dtype = parse_dtype(dtype)
-    return {k: v.to(torch_dtype) for k, v in state.items()}, dtype_name(torch_dtype)

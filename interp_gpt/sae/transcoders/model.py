@@ -24,22 +24,24 @@ import torch
 from jaxtyping import Float
 from torch import Tensor, nn
 
-from ...hooks import HookPoint
-from ..saes.config import dtype_name, parse_dtype
+from ..common import (
+    NO_HOOKS,
+    CoderHookPoints,
+    add_hook_points,
+    cast_state,
+    check_seed,
+    dtype_name,
+    hooks_of,
+    load_built,
+    names_other_model,
+    parse_dtype,
+    zero_if_present,
+)
 from .config import PROCESSING_KEY, SAELENS_ARCHITECTURES, TranscoderConfig, transcoder_shapes
-from .io import FORMATS, cast_state, read_transcoder_files, write_saelens_folder, write_transcoder_set
+from .io import FORMATS, read_transcoder_files, write_saelens_folder, write_transcoder_set
 from .processing import Plan, apply_input, apply_output, conversion_plan, convert_state
 
 __all__ = ["Transcoder", "load_transcoders", "save_transcoders", "check_transcoder_fits"]
-
-_HOOK_NAMES = (
-    "hook_sae_input",
-    "hook_sae_acts_pre",
-    "hook_sae_acts_post",
-    "hook_sae_output",
-    "hook_sae_recons",
-    "hook_sae_error",
-)
 
 
 def activate(pre: Tensor, cfg: Any, threshold: Tensor | None = None) -> Tensor:
@@ -57,7 +59,7 @@ def activate(pre: Tensor, cfg: Any, threshold: Tensor | None = None) -> Tensor:
     return torch.zeros_like(pre).scatter_(-1, indices, values)
 
 
-class Transcoder(nn.Module):
+class Transcoder(CoderHookPoints, nn.Module):
     """A per-layer transcoder: sae-lens' Transcoder / SkipTranscoder / JumpReLU(Skip)Transcoder, and
     circuit-tracer's SingleLayerTranscoder (ReLU, JumpReLU, TopK, skip), in one class.
 
@@ -85,14 +87,9 @@ class Transcoder(nn.Module):
             self.register_parameter(name, nn.Parameter(torch.zeros(shape, dtype=dtype, device=device)))
         if device.type != "meta":
             self.init_weights()
-        self.hook_sae_input = HookPoint()  # [..., d_in]
-        self.hook_sae_acts_pre = HookPoint()  # [..., d_sae]
-        self.hook_sae_acts_post = HookPoint()  # [..., d_sae]
-        self.hook_sae_output = HookPoint()  # [..., d_out]
-        self.hook_sae_recons = HookPoint()  # [..., d_out]
-        self.hook_sae_error = HookPoint()  # [..., d_out], only spliced with use_error_term=True
-        for name in _HOOK_NAMES:
-            getattr(self, name).name = name
+        # hook_sae_input [..., d_in]; _acts_pre, _acts_post [..., d_sae]; _output, _recons [..., d_out];
+        # hook_sae_error [..., d_out], only spliced with use_error_term=True
+        add_hook_points(self)
 
     W_enc: nn.Parameter  # [d_in, d_sae]
     W_dec: nn.Parameter  # [d_sae, d_out]
@@ -106,8 +103,7 @@ class Transcoder(nn.Module):
         """sae-lens' transcoder initialisation: W_enc and W_dec Kaiming-uniform (bounds sqrt(6 / d_sae)
         and sqrt(6 / d_out), the fan-in torch reads from their second axis), biases, W_skip and
         thresholds 0. `seed` makes it reproducible (a generator of its own; the global one is untouched)."""
-        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
-            raise TypeError(f"init_weights: seed={seed!r}: expected an integer or None")
+        check_seed(seed)
         device = self.W_dec.device
         gen = torch.Generator(device=device).manual_seed(seed) if seed is not None else None
         for name in ("W_dec", "W_enc"):
@@ -115,9 +111,7 @@ class Transcoder(nn.Module):
             bound = math.sqrt(6.0 / p.shape[1])
             w = torch.rand(p.shape, generator=gen, device=device, dtype=torch.float32)
             p.copy_((w * 2 - 1) * bound)
-        for name in ("b_enc", "b_dec", "W_skip", "threshold"):
-            if hasattr(self, name):
-                getattr(self, name).zero_()
+        zero_if_present(self, ("b_enc", "b_dec", "W_skip", "threshold"))
 
     # ----- what the splice reads ----------------------------------------------------------
     @property
@@ -150,20 +144,7 @@ class Transcoder(nn.Module):
         """The width of its output."""
         return self.cfg.d_out
 
-    @property
-    def dtype(self) -> torch.dtype:
-        """The dtype of its weights."""
-        return self.W_enc.dtype
-
-    @property
-    def device(self) -> torch.device:
-        """The device its weights are on."""
-        return self.W_enc.device
-
-    @property
-    def hook_names(self) -> tuple[str, ...]:
-        """The names of its own hook points (spliced, each is prefixed with the model's hook name)."""
-        return _HOOK_NAMES
+    # (dtype, device, hook_names: CoderHookPoints')
 
     # ----- the two halves ---------------------------------------------------------------------
     def _check_input(self, x: Any, arg: str, caller: str) -> Tensor:
@@ -181,7 +162,7 @@ class Transcoder(nn.Module):
     def _encode(self, x: Tensor, hooked: bool = True) -> tuple[Tensor, Tensor]:
         """(feature activations, the input as the encoder read it: what the skip reads). `hooked=False`
         runs past the hook points (the clean pass of a splice's error term)."""
-        hp = _hooks_of(self) if hooked else _NO_HOOKS
+        hp = hooks_of(self) if hooked else NO_HOOKS
         x = hp["hook_sae_input"](x.to(self.dtype))
         pre = hp["hook_sae_acts_pre"](x @ self.W_enc + self.b_enc)
         threshold = self.threshold if self.cfg.architecture == "jumprelu" else None
@@ -243,12 +224,7 @@ class Transcoder(nn.Module):
                 f"{arg}: cfg.metadata.hook_name (the input) and hook_name_out (the output) must both be set to splice "
                 f"it, got {self.input_hook!r} and {self.output_hook!r}"
             )
-        owner = getattr(self, "_spliced_in", None)
-        if owner is None or owner is getattr(model, "hook_dict", {}).get(self.output_hook):
-            # (spliced in elsewhere, the splice refuses it next: that splice's map stays)
-            self._splice_plan = None if plan is None or plan.identity else plan
-        read = plan.read_hook if plan is not None and plan.read_hook else self.input_hook
-        return read, self.output_hook
+        return take_splice_plan(self, model, plan)
 
     def splice_forward(self, x: Tensor, hooked: bool = True) -> Tensor:
         """The prediction from the read hook's `x`, not through `hook_sae_output` (the splice runs that,
@@ -287,11 +263,7 @@ class Transcoder(nn.Module):
             state = {k: v.clone() for k, v in state.items()}
         return _build(cfg, state, self.device)
 
-    # ----- the hook points --------------------------------------------------------------------
-    def reset_hooks(self, including_permanent: bool = False) -> None:
-        """Remove the functions attached to its own hook points."""
-        for name in _HOOK_NAMES:
-            getattr(self, name).remove_hooks("both", including_permanent=including_permanent)
+    # (reset_hooks: CoderHookPoints')
 
     # ----- loading and saving ------------------------------------------------------------------
     @classmethod
@@ -346,17 +318,6 @@ class Transcoder(nn.Module):
         )
 
 
-def _identity(x: Tensor) -> Tensor:
-    return x
-
-
-_NO_HOOKS: dict[str, Any] = dict.fromkeys(_HOOK_NAMES, _identity)
-
-
-def _hooks_of(tc: Transcoder) -> dict[str, Any]:
-    return {name: getattr(tc, name) for name in _HOOK_NAMES}
-
-
 # ----------------------------------------------------------------------------------------------
 # Sets of transcoders: one per layer
 # ----------------------------------------------------------------------------------------------
@@ -369,11 +330,7 @@ def _item(tc: Transcoder) -> tuple[TranscoderConfig, dict[str, Tensor]]:
 
 
 def _build(cfg: TranscoderConfig, state: dict[str, Tensor], device: str | torch.device) -> Transcoder:
-    cfg.device = "meta"  # build without allocating, then take the loaded tensors
-    tc = Transcoder(cfg)
-    tc.load_state_dict(state, strict=True, assign=True)
-    cfg.device = str(device)
-    return tc
+    return load_built(Transcoder, cfg, state, device)  # type: ignore[no-any-return]
 
 
 def load_transcoders(
@@ -486,23 +443,23 @@ def check_transcoder_fits(
     fit_plan(model, tc, caller, arg)
 
 
+def take_splice_plan(module: Any, model: Any, plan: Plan | None) -> tuple[str, str]:
+    """(read, write) hooks of a transcoder (or a CLT's layer view) being spliced into `model`, once it
+    fits, keeping `plan` (its map onto the model's weights) for its splice_forward."""
+    owner = getattr(module, "_spliced_in", None)
+    if owner is None or owner is getattr(model, "hook_dict", {}).get(module.output_hook):
+        # (spliced in elsewhere, the splice refuses it next: that splice's map stays)
+        module._splice_plan = None if plan is None or plan.identity else plan
+    read = plan.read_hook if plan is not None and plan.read_hook else module.input_hook
+    return read, module.output_hook
+
+
 def fit_plan(model: Any, tc: Transcoder, caller: str = "check_transcoder_fits", arg: str = "transcoder") -> Plan | None:
     """check_transcoder_fits' checks, then the map onto the model's weights (None: no layer to map)."""
-    from ...checkpoints.sources import hub_id
-
     cfg = model.cfg
     where = f"{caller}: the {arg} of layer {tc.layer}"
     trained_on, model_name = tc.cfg.model_name, getattr(cfg, "model_name", None)
-
-    def key(name: str) -> str:
-        return hub_id(name.strip().rstrip("/\\").replace("\\", "/").rsplit("/", 1)[-1].lower())
-
-    if (
-        trained_on
-        and isinstance(model_name, str)
-        and model_name not in ("", "custom")
-        and key(trained_on) != key(model_name)
-    ):
+    if trained_on and names_other_model(trained_on, model_name):
         raise ValueError(f"{where} is for {trained_on!r} (its cfg.metadata.model_name) but the model is {model_name!r}")
     if tc.layer is not None and not 0 <= tc.layer < cfg.n_layers:
         raise ValueError(f"{where}: layer {tc.layer} does not exist: the model's layers are 0..{cfg.n_layers - 1}")

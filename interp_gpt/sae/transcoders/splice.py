@@ -75,22 +75,18 @@ class CLTLayer:
     def W_skip(self) -> Tensor:
         return self.clt.W_skip[self.layer]
 
-    @property
-    def dtype(self) -> torch.dtype:
-        return self.clt.dtype
-
-    @property
-    def device(self) -> torch.device:
-        return self.clt.device
-
     # ----- the protocol -----------------------------------------------------------------------------
     def __getattr__(self, name: str) -> Any:
         if name in _NAMES:
             return getattr(self.clt.layers[self.layer], name)
+        if name in ("dtype", "device"):  # the CLT's
+            return getattr(self.clt, name)
         raise AttributeError(f"{type(self).__name__} has no attribute {name!r}")
 
     hook_sae_error: HookPoint
     hook_sae_output: HookPoint
+    dtype: torch.dtype
+    device: torch.device
 
     @property
     def splice_state(self) -> object:
@@ -104,7 +100,7 @@ class CLTLayer:
     def splice_hooks(self, model: Any, arg: str = "sae") -> tuple[str, str]:
         """(read, write) of this layer, once it fits `model`, as `Transcoder.splice_hooks` (the same checks
         and the same exact map onto the model's weights, or a refusal naming the layer and why)."""
-        from .model import fit_plan
+        from .model import fit_plan, take_splice_plan
 
         plan = fit_plan(model, cast(Any, self), caller="splice", arg=f"{arg} (a CrossLayerTranscoder)")
         if self.input_hook is None or self.output_hook is None:
@@ -113,11 +109,7 @@ class CLTLayer:
                 f"output) must both be set to splice it, got {self.cfg.metadata.get('hook_name')!r} and "
                 f"{self.cfg.metadata.get('hook_name_out')!r}"
             )
-        owner = getattr(self, "_spliced_in", None)
-        if owner is None or owner is getattr(model, "hook_dict", {}).get(self.output_hook):
-            self._splice_plan = None if plan is None or plan.identity else plan
-        read = plan.read_hook if plan is not None and plan.read_hook else self.input_hook
-        return read, self.output_hook
+        return take_splice_plan(self, model, plan)
 
     def splice_forward(self, x: Tensor, hooked: bool = True, state: dict[Any, Any] | None = None) -> Tensor:
         """Layer l's prediction from its read activation `x` and the features of layers 0..l-1 kept in
