@@ -25,7 +25,7 @@ __all__ = [
     "parse_dtype", "dtype_name", "cast_state", "SAEMetadata", "FORMAT_VERSION", "PRE6_METADATA_KEYS", "is_6x",
     "from_pre_6", "saelens_cfg_dict", "with_saelens_versions", "saelens_cfg_json", "config_from_fields", "config_from_file",
     "coerce_metadata", "check_positive_ints", "check_bools", "check_strings", "ConfigDtype", "HOOK_NAMES", "identity",
-    "NO_HOOKS", "hooks_of", "add_hook_points", "check_seed", "zero_if_present", "load_built", "CoderWeights",
+    "NO_HOOKS", "hooks_of", "add_hook_points", "check_init_seed", "zero_if_present", "load_built", "CoderWeights",
     "CoderHookPoints", "CFG_FILENAME", "WEIGHTS_FILENAME", "DIGEST_KEY", "read_safetensors", "check_tensors",
     "check_digest", "removed_if_left_empty", "model_key", "names_other_model", "explained_variance",
     "check_eval_inputs", "zero_ablation", "ce_batches", "ce_metrics", "add_corpus_arguments", "add_feature_arguments", "add_run_arguments",
@@ -293,7 +293,7 @@ def add_hook_points(module: nn.Module) -> None:
         getattr(module, name).name = name
 
 
-def check_seed(seed: Any) -> None:
+def check_init_seed(seed: Any) -> None:
     """init_weights' seed: an integer or None."""
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
         raise TypeError(f"init_weights: seed={seed!r}: expected an integer or None")

@@ -42,7 +42,7 @@ from ..common import (
     CoderWeights,
     SAEMetadata,
     cast_state,
-    check_seed,
+    check_init_seed,
     check_tensors,
     dtype_name,
     identity,
@@ -174,7 +174,7 @@ class CrossLayerTranscoder(CoderWeights, nn.Module):
     @torch.no_grad()
     def init_weights(self, seed: int | None = None) -> None:
         """Kaiming-uniform encoders and decoders (as a PLT's), zero biases, skips and thresholds."""
-        check_seed(seed)
+        check_init_seed(seed)
         gen = torch.Generator(device=self.W_enc.device).manual_seed(seed) if seed is not None else None
         for p in [self.W_enc, *self.W_dec]:
             bound = (6.0 / p.shape[-1]) ** 0.5

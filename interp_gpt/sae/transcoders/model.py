@@ -29,7 +29,7 @@ from ..common import (
     CoderHookPoints,
     add_hook_points,
     cast_state,
-    check_seed,
+    check_init_seed,
     dtype_name,
     hooks_of,
     load_built,
@@ -103,7 +103,7 @@ class Transcoder(CoderHookPoints, nn.Module):
         """sae-lens' transcoder initialisation: W_enc and W_dec Kaiming-uniform (bounds sqrt(6 / d_sae)
         and sqrt(6 / d_out), the fan-in torch reads from their second axis), biases, W_skip and
         thresholds 0. `seed` makes it reproducible (a generator of its own; the global one is untouched)."""
-        check_seed(seed)
+        check_init_seed(seed)
         device = self.W_dec.device
         gen = torch.Generator(device=device).manual_seed(seed) if seed is not None else None
         for name in ("W_dec", "W_enc"):
