@@ -41,6 +41,12 @@ def _require(sd: dict[str, Tensor], keys: list[str], caller: str) -> None:
         raise KeyError(f"{caller}: the state dict has no {missing[:4]}{' ...' if len(missing) > 4 else ''}")
 
 
+def _is_own(model: Any, state_dict: dict[str, Tensor]) -> bool:
+    """Whether `state_dict` holds `model`'s own parameters (model.state_dict(): the same storage)."""
+    params = dict(model.named_parameters())
+    return bool(params) and all(k in state_dict and state_dict[k].data_ptr() == p.data_ptr() for k, p in params.items())
+
+
 class ProcessingMixin(HookedGPT):
     """transformer-lens' weight-processing methods, `n_params`, and `cfg.device` / `cfg.dtype` kept in step."""
 
@@ -167,6 +173,7 @@ class ProcessingMixin(HookedGPT):
                 "load_and_process_state_dict: the state dict does not fit this model: "
                 f"missing {missing[:6]}, unexpected {unexpected[:6]}, mis-shaped {misshaped[:6]}"
             )
+        own = _is_own(self, state_dict)  # this model's weights again (process_weights_): its checkpoint's norms hold
         cfg = dataclasses.replace(self.cfg, normalization_type="LN") if fold else self.cfg
         _process_weights(sd, cfg, fold, center_writing_weights, center_unembed, fold_value_biases, inplace=True)
         if refactor_factored_attn_matrices:
@@ -174,7 +181,12 @@ class ProcessingMixin(HookedGPT):
         if fold and self.cfg.normalization_type == "LN":
             self.cfg.normalization_type = "LNPre"
             self._rebuild_layer_norms()
+        # The LayerNorms folded away are those of what was loaded, whatever the model held before: a
+        # transcoder made for raw weights is converted with them. A dict folded already records none.
+        if fold:
             self.folded_layer_norms = layer_norm_weights(state_dict)  # what fold_ln took away
+        elif not own and "folded_layer_norms" in self.__dict__:
+            del self.folded_layer_norms  # another checkpoint's: unknown, so refused by name, never used stale
         self.load_state_dict({**sd, **kept}, strict=False)
 
     def process_weights_(

@@ -1,0 +1,71 @@
+"""Issue 36, pass 3: transcoders used on re-loaded, re-cast and re-saved models and folders give the
+numbers of the model as loaded fresh, or a clear refusal naming what to do; never a stale answer."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+
+from interp_gpt import GPT
+from interp_gpt.sae import Transcoder, TranscoderConfig
+
+RAW = {"fold_ln": False, "center_writing_weights": False}
+
+
+def _raw_tc(model: GPT, layer: int, hook_in: str = "mlp.hook_in", processing: Any = "raw") -> Transcoder:
+    d = model.cfg.d_model
+    meta = {"hook_name": f"blocks.{layer}.{hook_in}", "hook_name_out": f"blocks.{layer}.hook_mlp_out"}
+    cfg = TranscoderConfig(
+        d_in=d, d_sae=48, d_out=d, architecture="relu", skip=True, metadata={**meta, "model_processing": processing}
+    )
+    tc = Transcoder(cfg)
+    tc.init_weights(seed=layer)
+    return tc
+
+
+def _other_checkpoint() -> GPT:
+    """tiny-gpt2's raw weights with other ln2 weights and biases: another checkpoint of the same shape."""
+    other = GPT.from_pretrained_no_processing("tiny-gpt2")
+    gen = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for block in other.blocks:
+            block.ln2.w.mul_(1 + 0.3 * torch.randn(block.ln2.w.shape, generator=gen))
+            block.ln2.b.add_(0.3 * torch.randn(block.ln2.b.shape, generator=gen))
+    return other
+
+
+# ----- 8b: load_and_process_state_dict records the LayerNorms of what it loaded ---------------------
+def test_reloaded_processed_model_converts_raw_transcoders_with_the_new_checkpoints_ln2() -> None:
+    other = _other_checkpoint()
+    model = GPT.from_pretrained("tiny-gpt2")  # processed: folded_layer_norms are tiny-gpt2's
+    model.load_and_process_state_dict(other.state_dict())
+    fresh = GPT.from_pretrained_no_processing("tiny-gpt2")
+    fresh.load_state_dict(other.state_dict())
+    fresh.process_weights_()
+    for layer in range(model.cfg.n_layers):
+        key = f"blocks.{layer}.ln2.w"
+        torch.testing.assert_close(model.folded_layer_norms[key], fresh.folded_layer_norms[key])
+        tc = _raw_tc(model, layer)
+        a, b = tc.converted_to(model), tc.converted_to(fresh)
+        for name in ("W_enc", "b_enc", "W_skip", "b_dec"):
+            torch.testing.assert_close(getattr(a, name), getattr(b, name), rtol=1e-6, atol=1e-6)
+
+
+def test_process_weights_again_keeps_the_checkpoints_ln2() -> None:
+    model = GPT.from_pretrained("tiny-gpt2")
+    before = {k: v.clone() for k, v in model.folded_layer_norms.items()}
+    model.process_weights_()  # its own weights, folded already: still tiny-gpt2's LayerNorms
+    assert set(model.folded_layer_norms) == set(before)
+    for k, v in before.items():
+        torch.testing.assert_close(model.folded_layer_norms[k], v)
+
+
+def test_loading_a_folded_state_dict_forgets_the_old_ln2_and_refuses_raw_transcoders_by_name() -> None:
+    other = _other_checkpoint()
+    other.process_weights_()  # folded: its state dict holds no LayerNorm weights
+    model = GPT.from_pretrained("tiny-gpt2")
+    model.load_and_process_state_dict(other.state_dict())
+    with pytest.raises(ValueError, match="folded_layer_norms"):
+        _raw_tc(model, 1).converted_to(model)
