@@ -3,6 +3,7 @@ numbers of the model as loaded fresh, or a clear refusal naming what to do; neve
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import pytest
@@ -10,6 +11,8 @@ import torch
 
 from interp_gpt import GPT
 from interp_gpt.sae import Transcoder, TranscoderConfig
+from interp_gpt.sae.training.data import shipped_clt, shipped_transcoders
+from interp_gpt.sae.transcoders.evaluation import evaluate_transcoders
 
 RAW = {"fold_ln": False, "center_writing_weights": False}
 
@@ -69,3 +72,60 @@ def test_loading_a_folded_state_dict_forgets_the_old_ln2_and_refuses_raw_transco
     model.load_and_process_state_dict(other.state_dict())
     with pytest.raises(ValueError, match="folded_layer_norms"):
         _raw_tc(model, 1).converted_to(model)
+
+
+# ----- 8c: evaluate_transcoders measures what the splice computes -----------------------------------
+def _as_raw_mlp_in(model: GPT, tc: Transcoder) -> Transcoder:
+    """The same function as `tc` (processed, reading ln2.hook_normalized = x_hat), written for the MLP's
+    raw input y = x_hat * w + b (fold_ln=False, mlp.hook_in): W_enc' = diag(1/w) W_enc, and so on."""
+    layer = tc.layer
+    w = model.folded_layer_norms[f"blocks.{layer}.ln2.w"].double()
+    b = model.folded_layer_norms[f"blocks.{layer}.ln2.b"].double()
+    new = copy.deepcopy(tc)
+    s = b / w
+    with torch.no_grad():
+        W, skip = tc.W_enc.double(), tc.W_skip.double()
+        new.W_enc.copy_(W / w[:, None])
+        new.b_enc.copy_(tc.b_enc.double() - s @ W)
+        new.W_skip.copy_(skip / w[None, :])
+        new.b_dec.copy_(tc.b_dec.double() - skip @ s)
+    new.cfg.metadata["hook_name"] = f"blocks.{layer}.mlp.hook_in"
+    new.cfg.metadata["model_processing"] = {"fold_ln": False, "center_writing_weights": True}
+    return new
+
+
+@pytest.fixture(scope="module")
+def processed() -> GPT:
+    return GPT.from_pretrained("tiny-gpt2")
+
+
+@pytest.fixture(scope="module")
+def eval_tokens(processed: GPT) -> torch.Tensor:
+    return torch.randint(0, processed.cfg.d_vocab, (6, 24), generator=torch.Generator().manual_seed(0))
+
+
+_METRICS = ("l0_per_layer", "explained_variance_per_layer", "mse_per_layer", "ce_spliced", "dead_fraction")
+
+
+def _assert_same_metrics(a: dict[str, Any], b: dict[str, Any]) -> None:
+    for key in _METRICS:
+        assert b[key] == pytest.approx(a[key], rel=1e-3), key
+
+
+def test_evaluate_transcoders_on_mlp_hook_in_equals_the_equivalent_set(processed: GPT, eval_tokens: Any) -> None:
+    tcs = shipped_transcoders(processed)
+    alt = [_as_raw_mlp_in(processed, tc) for tc in tcs]
+    want = evaluate_transcoders(processed, tcs, eval_tokens)
+    got = evaluate_transcoders(processed, alt, eval_tokens)
+    assert got["ce_spliced"] == pytest.approx(want["ce_spliced"], rel=1e-4)  # the same function, spliced
+    _assert_same_metrics(want, got)
+
+
+def test_evaluate_transcoders_takes_a_clt_reading_mlp_hook_in(processed: GPT, eval_tokens: Any) -> None:
+    clt = shipped_clt()  # processed weights: there the MLP's input is ln2.hook_normalized
+    assert clt.cfg.metadata["hook_name"] == "ln2.hook_normalized"
+    alt = copy.deepcopy(clt)
+    alt.cfg.metadata["hook_name"] = "mlp.hook_in"  # circuit-tracer's name for the same activation
+    _assert_same_metrics(
+        evaluate_transcoders(processed, clt, eval_tokens), evaluate_transcoders(processed, alt, eval_tokens)
+    )

@@ -318,6 +318,7 @@ def test_evaluate_transcoders_equals_plain_hooks_for_plts_and_for_a_clt_with_onl
                 cache[f"blocks.{i}.hook_mlp_out"].reshape(-1, 128),
             )
             y_hat = torch.relu(x @ tc.W_enc + tc.b_enc) @ tc.W_dec + tc.b_dec + (x @ tc.W_skip.T if skip else 0)
+            y_hat = y_hat - y_hat.mean(-1, keepdim=True)  # made for raw weights (no model_processing): spliced centred
             ev.append(float(1 - (y - y_hat).pow(2).sum() / (y - y.mean(0)).pow(2).sum()))
     assert got["ce_spliced"] == pytest.approx(spliced, rel=1e-5)
     assert got["ce_zero_ablation"] == pytest.approx(zero, rel=1e-5)

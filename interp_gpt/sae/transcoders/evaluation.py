@@ -7,7 +7,8 @@
   output hook the set writes (`blocks.L.hook_mlp_out`) is replaced at once, without an error term: by
   zeros (zero ablation) or by the transcoders' predictions from that run's own inputs (spliced through
   `model.transcoders(...)`: a CLT's layer m from the features of layers 0..m of that run).
-The first four are measured on the clean run's activations.
+The first four are measured on the clean run's activations, as the splice reads them (a transcoder made for
+other weights, or reading mlp.hook_in, mapped onto the model's exactly as spliced: the metrics are the splice's).
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ from torch import Tensor, nn
 
 from ..common import ce_batches, ce_metrics, check_eval_inputs
 from .clt import CrossLayerTranscoder
-from .model import Transcoder
+from .model import Transcoder, fit_plan
+from .processing import Plan, apply_input, apply_output
 
 __all__ = ["evaluate_transcoders", "transcoder_set"]
 
@@ -57,24 +59,38 @@ def transcoder_set(
     return nn.ModuleList(tcs), tcs, None
 
 
-def _clt_hooks(model: Any, clt: CrossLayerTranscoder, caller: str) -> list[tuple[str, str]]:
-    """Each layer's (input hook, output hook), once they exist on `model` and are d_model wide."""
-    n = model.cfg.n_layers
-    if clt.n_layers > n:
-        raise ValueError(f"{caller}: the CLT has {clt.n_layers} layers but the model {n} (layers 0..{n - 1})")
-    pairs = []
-    for i in range(clt.n_layers):
-        pair = (clt.input_hook(i), clt.output_hook(i))
-        if pair[0] is None or pair[1] is None:
-            raise ValueError(f"{caller}: clt.cfg.metadata.hook_name / hook_name_out must both be set, got {pair}")
-        model.hook_points(list(pair), arg="clt.cfg.metadata.hook_name / hook_name_out")
-        pairs.append((pair[0], pair[1]))
-    for field, width in (("d_in", clt.cfg.d_in), ("d_out", clt.cfg.d_out)):
-        if width != model.cfg.d_model:
+def _splice_maps(
+    model: Any, tcs: list[Transcoder], clt: CrossLayerTranscoder | None, caller: str
+) -> tuple[list[tuple[str, str]], list[Plan | None]]:
+    """Each part's (read hook, write hook) and map onto the model's weights, as the splice takes them
+    (`splice_hooks`: the same checks, mlp.hook_in read at ln2.hook_normalized, a transcoder made for
+    other weights mapped exactly or refused by name), so that the metrics are those of what is spliced."""
+    if clt is not None:
+        n = model.cfg.n_layers
+        if clt.n_layers > n:
+            raise ValueError(f"{caller}: the CLT has {clt.n_layers} layers but the model {n} (layers 0..{n - 1})")
+        for field, width in (("d_in", clt.cfg.d_in), ("d_out", clt.cfg.d_out)):
+            if width != model.cfg.d_model:
+                raise ValueError(
+                    f"{caller}: the CLT's {field}={width} does not fit the model's d_model={model.cfg.d_model}"
+                )
+    parts: list[Any] = list(clt.splice_parts()) if clt is not None else list(tcs)
+    pairs, plans = [], []
+    for i, part in enumerate(parts):
+        arg = "the CrossLayerTranscoder" if clt is not None else f"transcoders[{i}]"
+        plan = fit_plan(model, part, caller=caller, arg=arg)
+        read, write = part.input_hook, part.output_hook
+        if read is None or write is None:
             raise ValueError(
-                f"{caller}: the CLT's {field}={width} does not fit the model's d_model={model.cfg.d_model}"
+                f"{caller}: {arg}: cfg.metadata.hook_name (the input) and hook_name_out (the output) must both be "
+                f"set, got {read!r} and {write!r}"
             )
-    return pairs
+        if plan is not None and plan.read_hook:
+            read = plan.read_hook
+        model.hook_points([read, write], arg=f"{arg}: cfg.metadata.hook_name / hook_name_out")
+        pairs.append((read, write))
+        plans.append(None if plan is None or plan.identity else plan)
+    return pairs, plans
 
 
 @torch.no_grad()
@@ -92,12 +108,11 @@ def evaluate_transcoders(model: Any, transcoders: Any, tokens: Tensor, batch_siz
     caller = "evaluate_transcoders"
     _, tcs, clt = transcoder_set(transcoders, caller)
     tokens, batch_size = check_eval_inputs(model, tokens, batch_size, caller)
+    pairs, plans = _splice_maps(model, tcs, clt, caller)
     if clt is not None:
-        pairs = _clt_hooks(model, clt, caller)
         layers = list(range(clt.n_layers))
         d_sae, dtype, device = clt.cfg.d_sae, clt.dtype, clt.device
     else:
-        pairs = [tc.splice_hooks(model, arg=f"transcoders[{i}]") for i, tc in enumerate(tcs)]
         layers = [tc.layer if tc.layer is not None else i for i, tc in enumerate(tcs)]
         d_sae, dtype, device = tcs[0].d_sae, tcs[0].dtype, tcs[0].device
     n_set = len(pairs)
@@ -114,12 +129,14 @@ def evaluate_transcoders(model: Any, transcoders: Any, tokens: Tensor, batch_siz
     for cache in ce_batches(model, tokens, batch_size, names, splice, [b for _, b in pairs], ce):
         xs = torch.stack([cache[a].reshape(-1, cache[a].shape[-1]) for a, _ in pairs]).to(device, dtype)
         ys = torch.stack([cache[b].reshape(-1, cache[b].shape[-1]) for _, b in pairs]).to(device, dtype)
+        xs = torch.stack([apply_input(xs[j], plans[j]) for j in range(n_set)])  # what the splice reads
         if clt is not None:
             acts = clt.encode(xs)
             y_hat = clt.decode(acts, xs if clt.cfg.skip else None)
         else:
             acts = torch.stack([tc.encode(xs[j]) for j, tc in enumerate(tcs)])
             y_hat = torch.stack([tc.decode(acts[j], xs[j]) for j, tc in enumerate(tcs)])
+        y_hat = torch.stack([apply_output(y_hat[j], plans[j]) for j in range(n_set)])  # what it writes
         fired |= (acts != 0).any(1)
         for j in range(n_set):
             y = ys[j].double()
