@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from interp_gpt import GPT
-from interp_gpt.sae import Transcoder, TranscoderConfig
+from interp_gpt.sae import Transcoder, TranscoderConfig, model_processing
 from interp_gpt.sae.training.data import shipped_clt, shipped_transcoders
 from interp_gpt.sae.transcoders.evaluation import evaluate_transcoders
 
@@ -129,3 +129,33 @@ def test_evaluate_transcoders_takes_a_clt_reading_mlp_hook_in(processed: GPT, ev
     _assert_same_metrics(
         evaluate_transcoders(processed, clt, eval_tokens), evaluate_transcoders(processed, alt, eval_tokens)
     )
+
+
+# ----- 8e: centring judged at the precision the weights hold -----------------------------------------
+@pytest.mark.parametrize("cast", [[torch.float64], [torch.bfloat16, torch.float32], [torch.float16, torch.float32]])
+def test_a_processed_model_cast_up_is_still_centred(cast: list[torch.dtype]) -> None:
+    model = GPT.from_pretrained("tiny-gpt2")
+    for dtype in cast:
+        model = model.to(dtype)
+    for layer in range(model.cfg.n_layers):
+        assert model_processing(model, layer) == {"fold_ln": True, "center_writing_weights": True}
+    tcs = shipped_transcoders(model)  # accepted, as on the float32 model: nothing to convert
+    assert [tc.cfg.processing for tc in tcs] == [{"fold_ln": True, "center_writing_weights": True}] * 2
+    shipped_clt().converted_to(model)
+
+
+@pytest.mark.parametrize("cast", [[torch.float64], [torch.bfloat16, torch.float32]])
+def test_a_raw_model_cast_up_is_still_not_centred(cast: list[torch.dtype]) -> None:
+    model = GPT.from_pretrained_no_processing("tiny-gpt2")
+    for dtype in cast:
+        model = model.to(dtype)
+    assert model_processing(model, 1) == RAW
+
+
+def test_a_raw_resid_mid_transcoder_is_refused_on_the_float64_model_as_on_the_float32_one() -> None:
+    f32 = GPT.from_pretrained("tiny-gpt2")
+    f64 = GPT.from_pretrained("tiny-gpt2").to(torch.float64)
+    tc = _raw_tc(f32, 1, "hook_resid_mid")  # reads the mean over d_model that centring took away
+    for model in (f32, f64):
+        with pytest.raises(ValueError, match="reads that mean"):
+            tc.to(model.W_E.dtype).converted_to(model)

@@ -75,11 +75,31 @@ class Plan:
         return self.scale is None and not self.in_centre and not self.out_centre
 
 
+# The precisions a tensor's values may hold fewer digits of than its dtype (a model cast up after processing).
+_NARROWER = (torch.bfloat16, torch.float16, torch.float32)
+
+
+def _held_eps(rows: Tensor) -> float:
+    """The machine epsilon of the precision `rows` hold: the coarsest of bfloat16, float16 and float32
+    holding every value exactly (a float32 model cast to float64 holds float32's digits), else its dtype's."""
+    if not rows.is_floating_point():
+        return 0.0
+    own = torch.finfo(rows.dtype).eps
+    held = [d for d in _NARROWER if torch.finfo(d).eps > own]
+    for i in range(0, rows.shape[0], 4096):
+        if not held:
+            break
+        r = rows[i : i + 4096]
+        held = [d for d in held if bool((r.to(d).to(r.dtype) == r).all())]
+    return max([own] + [torch.finfo(d).eps for d in held])
+
+
 def _centred(t: Tensor, dim: int) -> bool:
-    """Mean-zero along `dim` to the rounding of its dtype (what centring in float64 then storing leaves).
-    A few thousand rows at a time in float64 (W_E is 50,257 rows: no float64 copy of it)."""
-    eps = torch.finfo(t.dtype).eps if t.is_floating_point() else 0.0
+    """Mean-zero along `dim` to the rounding of the precision it holds (what centring in float64 then
+    storing leaves; a model processed in float32 and cast to float64 is judged at float32's). A few
+    thousand rows at a time in float64 (W_E is 50,257 rows: no float64 copy of it)."""
     rows = t.detach().movedim(dim, -1).reshape(-1, t.shape[dim])
+    eps = _held_eps(rows)
     for i in range(0, rows.shape[0], 4096):
         r = rows[i : i + 4096].double()
         tol = 4 * eps * r.abs().amax(-1).clamp_min(torch.finfo(torch.float64).tiny)
