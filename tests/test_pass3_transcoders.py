@@ -4,14 +4,17 @@ numbers of the model as loaded fresh, or a clear refusal naming what to do; neve
 from __future__ import annotations
 
 import copy
+import shutil
+from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 
 from interp_gpt import GPT
-from interp_gpt.sae import Transcoder, TranscoderConfig, model_processing
-from interp_gpt.sae.training.data import shipped_clt, shipped_transcoders
+from interp_gpt.cli import main as cli_main
+from interp_gpt.sae import Transcoder, TranscoderConfig, model_processing, save_clt, save_transcoders
+from interp_gpt.sae.training.data import SHIPPED_TRANSCODERS_DIR, shipped_clt, shipped_sae, shipped_transcoders
 from interp_gpt.sae.transcoders.evaluation import evaluate_transcoders
 
 RAW = {"fold_ln": False, "center_writing_weights": False}
@@ -159,3 +162,81 @@ def test_a_raw_resid_mid_transcoder_is_refused_on_the_float64_model_as_on_the_fl
     for model in (f32, f64):
         with pytest.raises(ValueError, match="reads that mean"):
             tc.to(model.W_E.dtype).converted_to(model)
+
+
+# ----- 8f: only a transcoder set of that kind is replaced, by what its files say --------------------
+def _experiment(folder: Path) -> dict[str, str]:
+    """An experiment's own folder: a config.yaml and a metrics.json that are no transcoder's."""
+    folder.mkdir(parents=True)
+    files = {"config.yaml": "lr: 0.001\nmodel: gpt2\n", "metrics.json": '{"loss": 0.5, "kind": "plt"}\n'}
+    for name, text in files.items():
+        (folder / name).write_text(text)
+    return files
+
+
+def _untouched(folder: Path, files: dict[str, str]) -> None:
+    assert sorted(p.name for p in folder.iterdir()) == sorted(files)
+    for name, text in files.items():
+        assert (folder / name).read_text() == text
+
+
+@pytest.mark.parametrize("fmt", ["saelens", "circuit-tracer"])
+def test_save_transcoders_refuses_an_experiment_folder_and_an_saes_folder(tmp_path: Path, fmt: str) -> None:
+    tcs = shipped_transcoders()
+    files = _experiment(tmp_path / "run")
+    with pytest.raises(FileExistsError, match=r"path=.*run'.*\(config.yaml\).*save into a new or empty folder"):
+        save_transcoders(tcs, tmp_path / "run", format=fmt)
+    _untouched(tmp_path / "run", files)
+    shipped_sae().save_model(tmp_path / "sae")  # cfg.json + sae_weights.safetensors: an SAE's, not a transcoder's
+    saved = {p.name: p.read_bytes() for p in (tmp_path / "sae").iterdir()}
+    with pytest.raises(FileExistsError, match=r"\(cfg.json\): cfg.json is not a transcoder's"):
+        save_transcoders(tcs, tmp_path / "sae", format=fmt)
+    assert {p.name: p.read_bytes() for p in (tmp_path / "sae").iterdir()} == saved
+
+
+def test_save_clt_refuses_an_experiment_folder_and_a_per_layer_set(tmp_path: Path) -> None:
+    clt = shipped_clt()
+    files = _experiment(tmp_path / "run")
+    with pytest.raises(FileExistsError, match=r"save_clt: path=.*\(config.yaml\)"):
+        save_clt(clt, tmp_path / "run")
+    _untouched(tmp_path / "run", files)
+    save_transcoders(shipped_transcoders(), tmp_path / "plts", format="circuit-tracer")
+    with pytest.raises(FileExistsError, match=r"config.yaml is not circuit-tracer's config of a cross-layer"):
+        save_clt(clt, tmp_path / "plts")
+    clt_dir = save_clt(clt, tmp_path / "clt")
+    with pytest.raises(FileExistsError, match=r"is no part of a per-layer transcoder set"):
+        save_transcoders(shipped_transcoders(), clt_dir, format="circuit-tracer")
+
+
+def test_a_set_is_still_replaced_by_a_set_of_its_kind(tmp_path: Path) -> None:
+    tcs = shipped_transcoders()
+    out = tmp_path / "set"
+    save_transcoders(tcs, out)
+    shutil.copy(SHIPPED_TRANSCODERS_DIR / "metrics.json", out / "metrics.json")  # train-transcoder's
+    save_transcoders(tcs, out / "last_good")
+    save_transcoders(tcs, out, format="circuit-tracer")  # replaces the sae-lens set, metrics and last_good
+    assert (out / "config.yaml").is_file() and not (out / "layer_0").exists()
+    save_transcoders(tcs, out)
+    clt_dir = save_clt(shipped_clt(), tmp_path / "clt")
+    save_clt(shipped_clt(), clt_dir)
+    assert (clt_dir / "config.yaml").is_file()
+
+
+def test_train_transcoder_refuses_an_saes_out_before_loading_the_model(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import interp_gpt.loading
+
+    def _no(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("work began before --out was checked")
+
+    monkeypatch.setattr(interp_gpt.loading, "from_pretrained", _no)
+    shipped_sae().save_model(tmp_path / "sae")
+    saved = {p.name: p.read_bytes() for p in (tmp_path / "sae").iterdir()}
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "a.txt").write_text("hello world\n" * 50)
+    argv = ["train-transcoder", "--data", str(tmp_path / "data"), "--out", str(tmp_path / "sae"), "--no-progress"]
+    assert cli_main(argv) == 2
+    err = capsys.readouterr().err
+    assert "--out=" in err and "(cfg.json): cfg.json is not a transcoder's" in err, err
+    assert {p.name: p.read_bytes() for p in (tmp_path / "sae").iterdir()} == saved

@@ -26,10 +26,10 @@ from typing import Any
 
 from ...checks import check_text_files
 from .. import common
-from ..transcoders.clt import CLT_FILE_PATTERN, CLTConfig, CrossLayerTranscoder, save_clt
+from ..transcoders.clt import CLTConfig, CrossLayerTranscoder, save_clt
 from ..transcoders.config import TranscoderConfig
 from ..transcoders.evaluation import evaluate_transcoders
-from ..transcoders.io import replaceable_in_set
+from ..transcoders.folders import refusal, replace_problem
 from ..transcoders.model import Transcoder, save_transcoders
 from ..transcoders.processing import model_processing
 from .data import activation_batches, split_corpus, token_windows
@@ -74,15 +74,10 @@ def _check_args(args: argparse.Namespace) -> TranscoderTrainingConfig:
         raise ValueError(f"--input-hook={args.input_hook!r}: expected one of {', '.join(INPUT_HOOKS)}{hint}")
     if args.format is not None and args.kind == "clt":
         raise ValueError(f"--format={args.format!r}: a CLT is saved as circuit-tracer's CLT folder; leave --format out")
-    out = Path(args.out)
-    if out.is_dir():  # the save's own rule for what it may replace, checked now
-        ours = (lambda q: bool(CLT_FILE_PATTERN.match(q.name))) if args.kind == "clt" else replaceable_in_set
-        foreign = [q.name for q in out.iterdir() if not ours(q)]
-        if foreign:
-            raise ValueError(
-                f"--out={args.out!r} holds other files ({', '.join(sorted(foreign)[:5])}); expected a new folder or "
-                f"one a train-transcoder run of --kind {args.kind} wrote"
-            )
+    kind = "clt" if args.kind == "clt" else "plt"
+    problem = replace_problem(Path(args.out).expanduser(), kind)
+    if problem is not None:  # the save's own rule for what it may replace, checked before the model loads
+        raise ValueError(refusal(Path(args.out), kind, "--out", problem))
     extra = {name: getattr(args, name) for name in ("l0_coefficient", "jumprelu_bandwidth", "jumprelu_init_threshold")}
     fields = {**_config_fields(cfg), **extra}
     return common.config_from_options(TranscoderTrainingConfig, fields, extra)  # type: ignore[no-any-return]

@@ -51,6 +51,7 @@ from ..common import (
     zero_if_present,
 )
 from .config import TranscoderConfig, TranscoderFields
+from .folders import CLT_EXT_KIND, CLT_KIND, check_replaceable
 from .io import CT_CONFIG_FILENAME, save_safetensors
 from .model import activate
 from .splice import CLTLayer
@@ -58,7 +59,6 @@ from .splice import CLTLayer
 __all__ = ["CrossLayerTranscoder", "CLTConfig", "load_clt", "save_clt"]
 
 _HOOK_NAMES = ("hook_sae_input", "hook_sae_acts_pre", "hook_sae_acts_post", "hook_sae_recons", "hook_sae_output")
-CLT_KIND, CLT_EXT_KIND = "cross_layer_transcoder", "interp_gpt.cross_layer_transcoder"
 
 
 @dataclass
@@ -351,8 +351,10 @@ def save_clt(clt: CrossLayerTranscoder, path: str | Path) -> Path:
         if not isinstance(c.metadata.get(key), str):
             raise ValueError(f"save_clt: clt.cfg.metadata.{key} is not set: circuit-tracer's config names both hooks")
     target = Path(path).expanduser()
-    if target.exists() and (not target.is_dir() or any(not CLT_FILE_PATTERN.match(q.name) for q in target.iterdir())):
-        raise FileExistsError(f"save_clt: path={str(target)!r} is a file or holds other files; save into a new folder")
+    try:  # only a CLT folder is replaced, by what its files say
+        check_replaceable(target, "clt")
+    except FileExistsError as e:
+        raise FileExistsError(f"save_clt: {e}") from None
     exact = _exact_in_circuit_tracer(clt)
     config: dict[str, Any] = {"model_name": c.model_name} if c.model_name else {}
     config.update(model_kind=CLT_KIND if exact else CLT_EXT_KIND, feature_input_hook=c.metadata["hook_name"])
@@ -376,7 +378,8 @@ def save_clt(clt: CrossLayerTranscoder, path: str | Path) -> Path:
     return target
 
 
-# (metrics.json and last_good/: what train-transcoder writes beside a CLT)
+# The names a CLT folder holds (metrics.json and last_good/: what train-transcoder writes beside it);
+# names only: what may be replaced is decided by the files' contents (folders.check_replaceable).
 CLT_FILE_PATTERN = re.compile(r"^(W_(enc|dec)_\d+\.safetensors|config\.yaml|metrics\.json|last_good)$")
 
 

@@ -63,6 +63,7 @@ from ..common import (
     cast_state as cast_state,
 )
 from .config import PROCESSING_KEY, TranscoderConfig, parse_processing, transcoder_shapes
+from .folders import check_replaceable
 
 __all__ = [
     "CT_CONFIG_FILENAME",
@@ -411,8 +412,9 @@ def read_transcoder_files(path: Any, device: str | torch.device = "cpu") -> list
 
 
 def replaceable_in_set(entry: Path) -> bool:
-    """An entry save_transcoders may replace: a layer's folder or file, a config, a leftover temporary, and what
-    `train-transcoder` writes beside a set (metrics.json, last_good/)."""
+    """Whether an entry's name is one a per-layer set holds (a layer's folder or file, a config, and what
+    `train-transcoder` writes beside a set: metrics.json, last_good/). Names only: what may be replaced is
+    decided by the files' contents (folders.check_replaceable)."""
     return bool(
         re.match(
             r"^(layer_\d+(\.safetensors)?|config\.yaml|cfg\.json|sae_weights\.safetensors|metrics\.json|last_good)$",
@@ -428,15 +430,9 @@ def write_transcoder_set(items: list[Item], target: Path, format: str) -> Path:
     else:
         for cfg, state in items:
             _saelens_ready(cfg, state, f"the transcoder of layer {cfg.layer}")
-    if target.exists():
-        if not target.is_dir():
-            raise NotADirectoryError(f"path: {str(target)!r} is a file; expected a folder to save the transcoders in")
-        foreign = [q.name for q in target.iterdir() if not replaceable_in_set(q)]
-        if foreign:
-            raise FileExistsError(
-                f"path: {str(target)!r} holds other files ({', '.join(sorted(foreign)[:5])}); save the transcoders "
-                "into a new or empty folder (or one they were saved in before)"
-            )
+    if target.exists() and not target.is_dir():
+        raise NotADirectoryError(f"path: {str(target)!r} is a file; expected a folder to save the transcoders in")
+    check_replaceable(target, "plt")  # only a per-layer set is replaced, by what its files say
     with atomic_folder(target) as tmp:
         _write_into(tmp, items, format, config if format == "circuit-tracer" else None)
     return target
