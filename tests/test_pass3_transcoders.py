@@ -13,9 +13,18 @@ import torch
 
 from interp_gpt import GPT
 from interp_gpt.cli import main as cli_main
-from interp_gpt.sae import Transcoder, TranscoderConfig, model_processing, save_clt, save_transcoders
+from interp_gpt.sae import (
+    Transcoder,
+    TranscoderConfig,
+    load_clt,
+    load_transcoders,
+    model_processing,
+    save_clt,
+    save_transcoders,
+)
 from interp_gpt.sae.training.data import SHIPPED_TRANSCODERS_DIR, shipped_clt, shipped_sae, shipped_transcoders
 from interp_gpt.sae.transcoders.evaluation import evaluate_transcoders
+from interp_gpt.sae.transcoders.io import transcoders_scan
 
 RAW = {"fold_ln": False, "center_writing_weights": False}
 
@@ -240,3 +249,24 @@ def test_train_transcoder_refuses_an_saes_out_before_loading_the_model(
     err = capsys.readouterr().err
     assert "--out=" in err and "(cfg.json): cfg.json is not a transcoder's" in err, err
     assert {p.name: p.read_bytes() for p in (tmp_path / "sae").iterdir()} == saved
+
+
+# ----- the scan: circuit-tracer's name of a set, kept on the loaded set ------------------------------
+def _add_scan(config: Path, scan: str) -> None:
+    config.write_text(config.read_text(encoding="utf-8") + f"scan: {scan}\n", encoding="utf-8")
+
+
+def test_a_circuit_tracer_sets_scan_is_kept_on_the_loaded_set_and_saved_again(tmp_path: Path) -> None:
+    folder = save_transcoders(shipped_transcoders(), tmp_path / "set", format="circuit-tracer")
+    _add_scan(folder / "config.yaml", "tiny-gpt2-skip")
+    tcs = load_transcoders(folder)
+    assert [tc.cfg.metadata["scan"] for tc in tcs] == ["tiny-gpt2-skip"] * 2
+    assert transcoders_scan(tcs) == "tiny-gpt2-skip"
+    again = save_transcoders(tcs, tmp_path / "again", format="circuit-tracer")
+    assert transcoders_scan(load_transcoders(again)) == "tiny-gpt2-skip"
+    clt_dir = save_clt(shipped_clt(), tmp_path / "clt")
+    _add_scan(clt_dir / "config.yaml", "tiny-gpt2-clt")
+    clt = load_clt(clt_dir)
+    assert transcoders_scan(clt) == "tiny-gpt2-clt"
+    assert transcoders_scan(load_clt(save_clt(clt, tmp_path / "clt2"))) == "tiny-gpt2-clt"
+    assert transcoders_scan(shipped_transcoders()) is None

@@ -52,7 +52,7 @@ from ..common import (
 )
 from .config import TranscoderConfig, TranscoderFields
 from .folders import CLT_EXT_KIND, CLT_KIND, check_replaceable
-from .io import CT_CONFIG_FILENAME, save_safetensors
+from .io import CT_CONFIG_FILENAME, SCAN_KEY, check_scan, save_safetensors
 from .model import activate
 from .splice import CLTLayer
 
@@ -360,6 +360,8 @@ def save_clt(clt: CrossLayerTranscoder, path: str | Path) -> Path:
     config.update(model_kind=CLT_KIND if exact else CLT_EXT_KIND, feature_input_hook=c.metadata["hook_name"])
     config["feature_output_hook"] = c.metadata["hook_name_out"]
     config["model_processing"] = c.metadata["model_processing"]  # the weights it is for (circuit-tracer ignores it)
+    if c.metadata.get(SCAN_KEY) is not None:
+        config[SCAN_KEY] = c.metadata[SCAN_KEY]
     if not exact:
         config.update(activation=c.architecture, nonnegative_acts=c.nonnegative_acts)
         if c.architecture == "topk":
@@ -448,6 +450,9 @@ def load_clt(
     )
     if isinstance(config.get("model_name"), str):
         fields["metadata"]["model_name"] = config["model_name"]
+    scan = check_scan(config.get(SCAN_KEY), cfg_path)
+    if scan is not None:  # circuit-tracer's name of the CLT (a graph's metadata.scan): kept, as it does
+        fields["metadata"][SCAN_KEY] = scan
     if "model_processing" in config:  # checked by CLTConfig; absent: raw weights
         fields["metadata"]["model_processing"] = config["model_processing"]
     try:

@@ -66,6 +66,9 @@ from .config import PROCESSING_KEY, TranscoderConfig, parse_processing, transcod
 from .folders import check_replaceable
 
 __all__ = [
+    "SCAN_KEY",
+    "check_scan",
+    "transcoders_scan",
     "CT_CONFIG_FILENAME",
     "FORMATS",
     "read_transcoder_files",
@@ -263,6 +266,7 @@ def read_circuit_tracer(path: Path, device: str | torch.device = "cpu") -> list[
         raise CheckpointError(f"{cfg_path}: model_name={model_name!r}: expected a string")
     activation = _ct_activation(config, cfg_path)
     k = config.get("k")
+    scan = check_scan(config.get(SCAN_KEY), cfg_path)
     items = []
     for layer, file in sorted(_ct_files(config, folder, cfg_path)):
         if not file.is_file():
@@ -272,6 +276,8 @@ def read_circuit_tracer(path: Path, device: str | torch.device = "cpu") -> list[
         meta[PROCESSING_KEY] = dict(processing)
         if model_name is not None:
             meta["model_name"] = model_name
+        if scan is not None:  # circuit-tracer's name of the set (a graph's metadata.scan): kept, as it does
+            meta[SCAN_KEY] = scan
         items.append(_ct_item(state, meta, activation, k, file))
     return items
 
@@ -368,7 +374,35 @@ def _ct_ready(items: list[Item]) -> dict[str, Any]:
     if first.architecture == "topk":
         config["k"] = first.k
     config[PROCESSING_KEY] = first.processing  # the weights it is for (circuit-tracer ignores the key)
+    scan = first.metadata.get(SCAN_KEY)
+    if scan is not None and all(c.metadata.get(SCAN_KEY) == scan for c, _ in items):
+        config[SCAN_KEY] = scan
     return config
+
+
+SCAN_KEY = "scan"  # circuit-tracer's config.yaml key: the set's name, a graph's metadata.scan
+
+
+def check_scan(value: Any, where: str | Path) -> str | list[str] | None:
+    """A config's `scan` (circuit-tracer's name of a transcoder set): a string, a list of strings, or None."""
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, list) and value and all(isinstance(v, str) for v in value):
+        return list(value)
+    raise CheckpointError(f"{where}: scan={value!r}: expected a string or a list of strings")
+
+
+def transcoders_scan(transcoders: Any) -> str | list[str] | None:
+    """The `scan` a set of transcoders was loaded with (circuit-tracer's config.yaml `scan`, kept in each
+    cfg.metadata): a CrossLayerTranscoder's, or the one every transcoder of a list shares; else None.
+
+    Example:
+        >>> transcoders_scan(tcs) is None     # the shipped set names none
+        True
+    """
+    cfgs = [transcoders.cfg] if hasattr(transcoders, "cfg") else [getattr(t, "cfg", None) for t in transcoders]
+    scans = [c.metadata.get(SCAN_KEY) if c is not None else None for c in cfgs]
+    return scans[0] if scans and all(x == scans[0] for x in scans) else None
 
 
 # ----------------------------------------------------------------------------------------------
