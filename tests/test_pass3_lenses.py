@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from interp_gpt import GPT
-from interp_gpt.lenses import logit_lens
+from interp_gpt.lenses import fit_tuned_lens, logit_lens
 
 
 @pytest.fixture(scope="module")
@@ -45,3 +45,17 @@ def test_logit_lens_refuses_a_selection_that_would_read_pads(model: GPT) -> None
         logit_lens(model, prompts, positions=too_far)
     equal = logit_lens(model, ["The war", "The war"], positions=None)  # one length: every selection reads
     assert equal.values.shape[:3] == (model.cfg.n_layers + 1, 2, n_short)
+
+
+# ----------------------------------------------------------------------------
+# row 4: resume=True refuses other data of the same shape, by its digest
+# ----------------------------------------------------------------------------
+def _ids(model: GPT, seed: int, n: int = 4, pos: int = 16) -> torch.Tensor:
+    return torch.randint(0, model.cfg.d_vocab, (n, pos), generator=torch.Generator().manual_seed(seed))
+
+
+def test_resume_refuses_other_data_of_the_same_shape(model: GPT, tmp_path) -> None:
+    fit_tuned_lens(model, _ids(model, 0), steps=4, batch_size=2, save_to=tmp_path, progress=False)
+    with pytest.raises(ValueError, match=r"data: the token windows differ .*data_sha256"):
+        fit_tuned_lens(model, _ids(model, 1), steps=4, batch_size=2, save_to=tmp_path, resume=True, progress=False)
+    fit_tuned_lens(model, _ids(model, 0), steps=4, batch_size=2, save_to=tmp_path, resume=True, progress=False)

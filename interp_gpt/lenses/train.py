@@ -36,7 +36,7 @@ from ..files import atomic_path
 from ..model.gpt import GPT
 from .tuned import TunedLens
 
-__all__ = ["fit_tuned_lens", "lens_kl", "lens_windows"]
+__all__ = ["fit_tuned_lens", "lens_kl", "lens_windows", "windows_digest"]
 
 STATE_FILE = "training_state.pt"
 
@@ -71,6 +71,23 @@ def lens_windows(model: GPT, data: Any, context_size: int = 128) -> Tensor:
     return torch.stack(rows)
 
 
+def windows_digest(windows: Tensor) -> str:
+    """The sha256 of token windows `[n, pos]` (their shape, then the ids as little-endian int64): the data's
+    identity that `fit_tuned_lens(resume=True)` compares, as a harvest's `data_sha256` identifies its text.
+
+    Example:
+        >>> windows_digest(torch.zeros(2, 3, dtype=torch.long)) == windows_digest(torch.zeros(2, 3, dtype=torch.int32))
+        True
+        >>> windows_digest(torch.zeros(2, 3, dtype=torch.long)) == windows_digest(torch.zeros(3, 2, dtype=torch.long))
+        False
+    """
+    import hashlib
+
+    h = hashlib.sha256(repr(tuple(windows.shape)).encode())
+    h.update(windows.detach().to("cpu", torch.int64).contiguous().numpy().astype("<i8").tobytes())
+    return h.hexdigest()
+
+
 def _save(lens: TunedLens, folder: Path, step: int, opt: torch.optim.Optimizer, settings: dict[str, Any]) -> None:
     lens.save(folder)
     with atomic_path(folder / STATE_FILE) as tmp:
@@ -82,6 +99,13 @@ def _resume(lens: TunedLens, folder: Path, opt: torch.optim.Optimizer, settings:
     if not (folder / STATE_FILE).is_file():
         return 0
     state = torch.load(folder / STATE_FILE, map_location="cpu", weights_only=True)
+    saved_digest = (state.get("settings") or {}).get("data_sha256")
+    if saved_digest != settings["data_sha256"]:
+        raise ValueError(
+            f"data: the token windows differ from the ones the run saved in {folder / STATE_FILE} trained on "
+            f"(data_sha256: {str(saved_digest)[:16]}... there, {settings['data_sha256'][:16]}... here); resume on "
+            "the same data or save_to another folder"
+        )
     if state.get("settings") != settings:
         saved = state.get("settings") or {}
         diff = {k: (saved.get(k), v) for k, v in settings.items() if saved.get(k) != v}
@@ -119,7 +143,7 @@ def fit_tuned_lens(
 
     `save_to`: a folder; the lens (config.json, params.pt) and `training_state.pt` are written there at
     the end and when interrupted (Ctrl-C: saved, then the KeyboardInterrupt goes on). `resume=True`
-    continues a run saved there (same settings) from its step.
+    continues a run saved there (same settings, same data: the windows' `windows_digest`) from its step.
 
     Example:
         >>> lens = fit_tuned_lens(model, "data/corpus", steps=3, batch_size=2, context_size=32, progress=False)
@@ -138,7 +162,7 @@ def fit_tuned_lens(
         raise ValueError("resume=True needs save_to: the folder a stopped run saved into")
     settings = dict(
         n_layers=len(lens), steps=steps, batch_size=batch_size, windows=list(windows.shape), lr=lr, momentum=momentum,
-        weight_decay=weight_decay, max_grad_norm=max_grad_norm, seed=seed,
+        weight_decay=weight_decay, max_grad_norm=max_grad_norm, seed=seed, data_sha256=windows_digest(windows),
     )  # fmt: skip
     opt = torch.optim.SGD(lens.parameters(), lr=lr, momentum=momentum, nesterov=True, weight_decay=weight_decay)
     folder = None if save_to is None else Path(save_to)
