@@ -4,10 +4,17 @@ checks, lens files that cannot be read, the train-lens command's provenance and 
 
 from __future__ import annotations
 
+import argparse
+import json
+import shlex
+from pathlib import Path
+
 import pytest
 import torch
 
 from interp_gpt import GPT
+from interp_gpt.cli import main
+from interp_gpt.lenses import command as lens_command
 from interp_gpt.lenses import fit_tuned_lens, logit_lens
 
 
@@ -59,3 +66,38 @@ def test_resume_refuses_other_data_of_the_same_shape(model: GPT, tmp_path) -> No
     with pytest.raises(ValueError, match=r"data: the token windows differ .*data_sha256"):
         fit_tuned_lens(model, _ids(model, 1), steps=4, batch_size=2, save_to=tmp_path, resume=True, progress=False)
     fit_tuned_lens(model, _ids(model, 0), steps=4, batch_size=2, save_to=tmp_path, resume=True, progress=False)
+
+
+# ----------------------------------------------------------------------------
+# row 5: train-lens' metrics.json records every option that changes the results
+# ----------------------------------------------------------------------------
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def small_corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("corpus") / "c.txt"
+    path.write_text((REPO / "data" / "corpus" / "tinyshakespeare_input.txt").read_text(encoding="utf-8")[:20_000])
+    return path
+
+
+def _train(corpus: Path, out: Path, *extra: str) -> int:
+    argv = ["train-lens", "--data", str(corpus), "--steps", "2", "--batch-size", "2", "--context-size", "16"]
+    return main([*argv, "--out", str(out), "--no-progress", *extra])
+
+
+def test_the_recorded_command_repeats_the_run(small_corpus: Path, tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    assert _train(small_corpus, tmp_path / "lens", "--val-windows", "3", "--seed", "5") == 0
+    first = json.loads((tmp_path / "lens" / "metrics.json").read_text())
+    assert "--val-windows 3" in first["command"] and first["validation_tokens"] == 3 * 16
+    assert main([*shlex.split(first["command"])[1:], "--no-progress"]) == 0  # the recorded command, rerun
+    again = json.loads((tmp_path / "lens" / "metrics.json").read_text())
+    assert again["validation_tokens"] == first["validation_tokens"]
+    assert torch.allclose(
+        torch.tensor(again["held_out_kl"]["tuned_lens"]), torch.tensor(first["held_out_kl"]["tuned_lens"]), rtol=1e-5
+    )
+    # every option of the command is either recorded or changes nothing the run writes
+    parser = argparse.ArgumentParser()
+    lens_command.add_arguments(parser)
+    dests = {a.dest for a in parser._actions if a.dest != "help"}
+    assert dests == set(lens_command.RESULT_OPTIONS) | set(lens_command.OTHER_OPTIONS)

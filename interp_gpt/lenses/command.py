@@ -21,7 +21,10 @@ from typing import Any
 
 from ..cli.common import add_data_argument, table
 
-__all__ = ["HELP", "DESCRIPTION", "EXAMPLES", "add_arguments", "run", "tuned_lens_logits", "load_for_lens"]
+__all__ = [
+    "HELP", "DESCRIPTION", "EXAMPLES", "RESULT_OPTIONS", "OTHER_OPTIONS", "add_arguments", "run", "tuned_lens_logits",
+    "load_for_lens",
+]  # fmt: skip
 
 HELP = "train a tuned lens (tuned-lens 0.2's objective and files) on a text corpus"
 DESCRIPTION = (
@@ -79,10 +82,18 @@ def _check(args: argparse.Namespace) -> None:
         raise ValueError(f"--out={args.out!r} is a file; expected a folder (config.json, params.pt, metrics.json)")
 
 
+# The options that change what a run writes (the lens, its held-out KL), spelled out in metrics.json's command;
+# and those that do not (where the run stops and resumes, threads: rounding only, the progress bar).
+RESULT_OPTIONS = (
+    "val_frac", "steps", "batch_size", "context_size", "lr", "momentum", "weight_decay", "val_windows", "seed",
+)  # fmt: skip
+OTHER_OPTIONS = ("model", "data", "out", "threads", "resume", "no_progress")
+
+
 def _command(args: argparse.Namespace) -> str:
-    """The command that repeats this run, every option spelled out."""
+    """The command that repeats this run, every option that changes its results spelled out."""
     parts = ["interp-gpt", "train-lens", args.model, "--data", *args.data]
-    for option in ("val_frac", "steps", "batch_size", "context_size", "lr", "momentum", "weight_decay", "seed"):
+    for option in RESULT_OPTIONS:
         parts += ["--" + option.replace("_", "-"), str(getattr(args, option))]
     return " ".join(shlex.quote(str(p)) for p in [*parts, "--out", args.out])
 
