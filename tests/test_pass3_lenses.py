@@ -14,8 +14,8 @@ import torch
 
 from interp_gpt import GPT
 from interp_gpt.cli import main
+from interp_gpt.lenses import TunedLens, fit_tuned_lens, logit_lens
 from interp_gpt.lenses import command as lens_command
-from interp_gpt.lenses import fit_tuned_lens, logit_lens
 
 
 @pytest.fixture(scope="module")
@@ -101,3 +101,22 @@ def test_the_recorded_command_repeats_the_run(small_corpus: Path, tmp_path: Path
     lens_command.add_arguments(parser)
     dests = {a.dest for a in parser._actions if a.dest != "help"}
     assert dests == set(lens_command.RESULT_OPTIONS) | set(lens_command.OTHER_OPTIONS)
+
+
+# ----------------------------------------------------------------------------
+# row 9b: resume=True on a folder with a lens but no training state is refused (it would overwrite the lens)
+# ----------------------------------------------------------------------------
+def test_resume_refuses_a_lens_folder_without_training_state(model: GPT, tmp_path: Path) -> None:
+    lens = fit_tuned_lens(model, _ids(model, 0), steps=2, batch_size=2, progress=False)
+    lens.save(tmp_path)
+    saved = lens[0].weight.detach().clone()
+    with pytest.raises(ValueError, match=r"resume=True: .* holds a lens .* but no training_state.pt"):
+        fit_tuned_lens(model, _ids(model, 0), steps=1, batch_size=2, save_to=tmp_path, resume=True, progress=False)
+    assert torch.equal(TunedLens.from_pretrained(tmp_path, model)[0].weight, saved)  # the folder's lens is intact
+    # the way on that the message gives: the folder's lens as model_or_lens
+    on = fit_tuned_lens(
+        TunedLens.from_pretrained(tmp_path, model), _ids(model, 0), steps=1, batch_size=2, progress=False
+    )
+    assert not torch.equal(on[0].weight, saved)
+    # an empty folder (or none yet): a first run, nothing to refuse
+    fit_tuned_lens(model, _ids(model, 0), steps=1, batch_size=2, save_to=tmp_path / "new", resume=True, progress=False)

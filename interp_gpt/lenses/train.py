@@ -95,8 +95,18 @@ def _save(lens: TunedLens, folder: Path, step: int, opt: torch.optim.Optimizer, 
 
 
 def _resume(lens: TunedLens, folder: Path, opt: torch.optim.Optimizer, settings: dict[str, Any]) -> int:
-    """Load the lens and optimiser saved in `folder`; returns the steps already taken (0 if none saved)."""
+    """Load the lens and optimiser saved in `folder`; returns the steps already taken (0 if nothing saved).
+    A folder holding a lens but no training state (`TunedLens.save`'s, tuned-lens' published ones) is refused:
+    training from zero would overwrite that lens at the end."""
     if not (folder / STATE_FILE).is_file():
+        found = [name for name in ("params.pt", "config.json") if (folder / name).exists()]
+        if found:
+            raise ValueError(
+                f"resume=True: {str(folder)!r} holds a lens ({', '.join(found)}) but no {STATE_FILE} (the step and "
+                "optimiser a stopped run saves), so there is no run to resume, and training from zero would "
+                "overwrite that lens; to train it further, pass TunedLens.from_pretrained(folder, model) as "
+                "model_or_lens (resume=False)"
+            )
         return 0
     state = torch.load(folder / STATE_FILE, map_location="cpu", weights_only=True)
     saved_digest = (state.get("settings") or {}).get("data_sha256")
