@@ -120,3 +120,24 @@ def test_resume_refuses_a_lens_folder_without_training_state(model: GPT, tmp_pat
     assert not torch.equal(on[0].weight, saved)
     # an empty folder (or none yet): a first run, nothing to refuse
     fit_tuned_lens(model, _ids(model, 0), steps=1, batch_size=2, save_to=tmp_path / "new", resume=True, progress=False)
+
+
+# ----------------------------------------------------------------------------
+# row 9: save_to is checked before the first step (a file, or a path below a file)
+# ----------------------------------------------------------------------------
+def test_save_to_a_file_is_refused_before_the_first_step(model: GPT, tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    steps = []
+    monkeypatch.setattr(torch.optim.SGD, "step", lambda self, closure=None: steps.append(1))
+    note = tmp_path / "notes.txt"
+    note.write_text("x")
+    for save_to, blocked in ((note, " is a file"), (note / "lens", f": {str(note)!r} is a file")):
+        for resume in (False, True):
+            with pytest.raises(
+                ValueError, match=rf"fit_tuned_lens: save_to={str(save_to)!r}{blocked}; expected a folder"
+            ):
+                fit_tuned_lens(
+                    model, _ids(model, 0), steps=2, batch_size=2, save_to=save_to, resume=resume, progress=False
+                )
+    assert steps == []  # refused before any step
+    with pytest.raises(ValueError, match=r"path=.*lens': .*notes.txt' is a file"):
+        TunedLens.from_model(model).save(note / "lens")  # the same check where a lens is saved

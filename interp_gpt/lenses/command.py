@@ -77,9 +77,9 @@ def _check(args: argparse.Namespace) -> None:
     check_float(args.momentum, "--momentum", 0.0, 1.0)
     if not 0 <= args.weight_decay < float("inf"):
         raise ValueError(f"--weight-decay={args.weight_decay!r} is out of range: expected a finite number >= 0")
-    out = Path(args.out)
-    if out.exists() and not out.is_dir():
-        raise ValueError(f"--out={args.out!r} is a file; expected a folder (config.json, params.pt, metrics.json)")
+    from .tuned import check_lens_folder
+
+    check_lens_folder(args.out, "--out")
 
 
 # The options that change what a run writes (the lens, its held-out KL), spelled out in metrics.json's command;

@@ -34,7 +34,7 @@ from tqdm.auto import tqdm  # type: ignore[import-untyped]
 from ..checks import check_float, check_int_in_range, check_text_files, check_token_ids, check_type
 from ..files import atomic_path
 from ..model.gpt import GPT
-from .tuned import TunedLens
+from .tuned import TunedLens, check_lens_folder
 
 __all__ = ["fit_tuned_lens", "lens_kl", "lens_windows", "windows_digest"]
 
@@ -163,6 +163,7 @@ def fit_tuned_lens(
     lens, steps, batch_size, lr, momentum, max_grad_norm = _check_fit(
         model_or_lens, steps, batch_size, lr, momentum, weight_decay, max_grad_norm
     )
+    folder = None if save_to is None else check_lens_folder(save_to, "save_to", "fit_tuned_lens")  # before a step
     model = lens.model
     windows = lens_windows(model, data, context_size)
     n = windows.shape[0]
@@ -175,7 +176,6 @@ def fit_tuned_lens(
         weight_decay=weight_decay, max_grad_norm=max_grad_norm, seed=seed, data_sha256=windows_digest(windows),
     )  # fmt: skip
     opt = torch.optim.SGD(lens.parameters(), lr=lr, momentum=momentum, nesterov=True, weight_decay=weight_decay)
-    folder = None if save_to is None else Path(save_to)
     start = _resume(lens, folder, opt, settings) if resume and folder is not None else 0
     names = [f"blocks.{layer}.hook_resid_pre" for layer in range(len(lens))]
     device = model.unembed.W_U.device

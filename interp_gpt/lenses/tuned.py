@@ -44,7 +44,7 @@ from ..checks import cached_activation, check_index, check_int, check_type
 from ..files import atomic_path
 from ..model.gpt import GPT, LayerNorm
 
-__all__ = ["TunedLens", "unembed_hash", "lens_processing", "PROCESSING_KEY"]
+__all__ = ["TunedLens", "unembed_hash", "lens_processing", "check_lens_folder", "PROCESSING_KEY"]
 
 PROCESSING_KEY = "interp_gpt_model_processing"  # config.json: the weights the lens was trained on
 _RAW = {"fold_ln": False, "center_writing_weights": False, "center_unembed": False}
@@ -105,6 +105,34 @@ def lens_processing(model: GPT) -> dict[str, bool]:
         "center_writing_weights": centred,
         "center_unembed": _centred(model.unembed.W_U),
     }
+
+
+def check_lens_folder(path: Any, arg: str, caller: str | None = None) -> Path:
+    """`path` as a folder a lens can be saved in: a folder, or a path not there yet, with no file at it or
+    above it (where `mkdir` would fail), checked before any work so that a run never fails at its save.
+
+    Example:
+        >>> check_lens_folder("lenses/new", "save_to")
+        PosixPath('lenses/new')
+        >>> _ = Path("notes.txt").write_text("x")
+        >>> check_lens_folder("notes.txt/lens", "save_to")
+        Traceback (most recent call last):
+        ...
+        ValueError: save_to='notes.txt/lens': 'notes.txt' is a file; expected a folder path (config.json, params.pt)
+    """
+    where = f"{caller}: " if caller else ""
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"{where}{arg} must be a folder path (str or Path), got {type(path).__name__}")
+    folder = Path(path)
+    for at in (folder, *folder.parents):
+        if at.exists():
+            if not at.is_dir():
+                blocked = " is a file" if at == folder else f": {str(at)!r} is a file"
+                raise ValueError(
+                    f"{where}{arg}={str(path)!r}{blocked}; expected a folder path (config.json, params.pt)"
+                )
+            break
+    return folder
 
 
 class TunedLens(nn.Module):
@@ -253,11 +281,7 @@ class TunedLens(nn.Module):
             >>> sorted(p.name for p in folder.iterdir())
             ['config.json', 'params.pt']
         """
-        folder = Path(path)
-        if folder.exists() and not folder.is_dir():
-            raise ValueError(
-                f"TunedLens.save: path={str(path)!r} is a file; expected a folder (config.json, params.pt)"
-            )
+        folder = check_lens_folder(path, "path", "TunedLens.save")
         state = {k: v.detach().cpu().clone() for k, v in self.layer_translators.state_dict().items()}
         with atomic_path(folder / "params.pt") as tmp:
             torch.save(state, tmp)
