@@ -141,3 +141,32 @@ def test_save_to_a_file_is_refused_before_the_first_step(model: GPT, tmp_path: P
     assert steps == []  # refused before any step
     with pytest.raises(ValueError, match=r"path=.*lens': .*notes.txt' is a file"):
         TunedLens.from_model(model).save(note / "lens")  # the same check where a lens is saved
+
+
+# ----------------------------------------------------------------------------
+# row 10: seeds checked up front, by name
+# ----------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("seed", "error", "message"),
+    [
+        (1.5, TypeError, r"fit_tuned_lens: seed must be an int, got float \(1.5\)"),
+        ("0", TypeError, r"fit_tuned_lens: seed must be an int, got str"),
+        (-1, ValueError, r"fit_tuned_lens: seed=-1 is out of range: seeds are 0\.\."),
+        (2**64, ValueError, rf"fit_tuned_lens: seed={2**64} is out of range"),
+        (2**64 - 1, ValueError, rf"fit_tuned_lens: seed={2**64 - 1} is out of range"),
+        (2**63 - 3, ValueError, rf"fit_tuned_lens: seed={2**63 - 3} is out of range: seeds are 0\.\.{2**63 - 4}"),
+    ],
+)
+def test_fit_tuned_lens_checks_its_seed_before_any_step(model: GPT, monkeypatch, seed, error, message) -> None:  # type: ignore[no-untyped-def]
+    steps = []
+    monkeypatch.setattr(torch.optim.SGD, "step", lambda self, closure=None: steps.append(1))
+    with pytest.raises(error, match=message):
+        fit_tuned_lens(model, _ids(model, 0), steps=3, batch_size=2, seed=seed, progress=False)
+    assert steps == []
+    fit_tuned_lens(model, _ids(model, 0), steps=3, batch_size=2, seed=2**63 - 4, progress=False)  # the largest
+
+
+def test_train_lens_checks_its_seed_before_loading(small_corpus: Path, tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    assert _train(small_corpus, tmp_path / "lens", "--seed", "-1") == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--seed=-1 is out of range: seeds are 0.." in err

@@ -68,10 +68,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def _check(args: argparse.Namespace) -> None:
     """Every option that needs no model, checked before the model loads."""
-    from ..checks import check_float, check_int_in_range
+    from ..checks import check_float, check_int_in_range, check_seed
 
     for option, low in (("steps", 1), ("batch_size", 1), ("context_size", 2), ("val_windows", 0), ("threads", 0)):
         check_int_in_range(getattr(args, option), "--" + option.replace("_", "-"), low, None)
+    check_seed(args.seed, "--seed", high=2**63 - 1 - args.steps)  # fit_tuned_lens' bound: seed + epoch < 2**63
     check_float(args.val_frac, "--val-frac", 0.0, 0.5)
     check_float(args.lr, "--lr", 0.0)
     check_float(args.momentum, "--momentum", 0.0, 1.0)

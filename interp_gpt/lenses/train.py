@@ -31,7 +31,7 @@ from jaxtyping import Float
 from torch import Tensor
 from tqdm.auto import tqdm  # type: ignore[import-untyped]
 
-from ..checks import check_float, check_int_in_range, check_text_files, check_token_ids, check_type
+from ..checks import check_float, check_int_in_range, check_seed, check_text_files, check_token_ids, check_type
 from ..files import atomic_path
 from ..model.gpt import GPT
 from .tuned import TunedLens, check_lens_folder
@@ -149,7 +149,8 @@ def fit_tuned_lens(
     """Train a tuned lens on `model_or_lens` (a GPT: a fresh lens; a TunedLens: trained further) with
     tuned-lens 0.2's objective and optimiser (see the module's docstring), for `steps` steps of
     `batch_size` windows of `data` (`lens_windows`' forms). A function, not a method: `nn.Module.train`
-    is taken, and the training loop is a phase apart from the lens, as tuned-lens keeps it.
+    is taken, and the training loop is a phase apart from the lens, as tuned-lens keeps it. `seed`: the data
+    order (epoch e shuffles with `seed + e`), an int 0..2**63 - 1 - steps, checked before any work.
 
     `save_to`: a folder; the lens (config.json, params.pt) and `training_state.pt` are written there at
     the end and when interrupted (Ctrl-C: saved, then the KeyboardInterrupt goes on). `resume=True`
@@ -163,6 +164,8 @@ def fit_tuned_lens(
     lens, steps, batch_size, lr, momentum, max_grad_norm = _check_fit(
         model_or_lens, steps, batch_size, lr, momentum, weight_decay, max_grad_norm
     )
+    # epoch e shuffles with seed + e (e < steps): every one of them a seed torch takes, checked before a step
+    seed = check_seed(seed, "seed", "fit_tuned_lens", high=2**63 - 1 - steps)
     folder = None if save_to is None else check_lens_folder(save_to, "save_to", "fit_tuned_lens")  # before a step
     model = lens.model
     windows = lens_windows(model, data, context_size)
