@@ -16,6 +16,7 @@ from interp_gpt import GPT
 from interp_gpt.cli import main
 from interp_gpt.lenses import TunedLens, fit_tuned_lens, logit_lens
 from interp_gpt.lenses import command as lens_command
+from interp_gpt.lenses.tuned import reads_the_mean
 
 
 @pytest.fixture(scope="module")
@@ -170,3 +171,23 @@ def test_train_lens_checks_its_seed_before_loading(small_corpus: Path, tmp_path:
     assert _train(small_corpus, tmp_path / "lens", "--seed", "-1") == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--seed=-1 is out of range: seeds are 0.." in err
+
+
+# ----------------------------------------------------------------------------
+# row 14: a lens blind to the stream's mean loads across centring; one that reads it stays refused
+# ----------------------------------------------------------------------------
+def test_a_lens_trained_on_a_centred_stream_reads_the_raw_one_alike(model: GPT, tmp_path: Path) -> None:
+    raw = GPT.from_pretrained_no_processing("tiny-gpt2")
+    data, tokens = _ids(model, 0, n=8, pos=32), _ids(model, 9, n=2, pos=32)
+    trained = fit_tuned_lens(model, data, steps=10, batch_size=2, progress=False)
+    assert max(reads_the_mean(t.weight) for t in trained) < 1e-6  # its gradients never reach the mean direction
+    trained.save(tmp_path / "processed")
+    on_raw = TunedLens.from_pretrained(tmp_path / "processed", raw)
+    ours, theirs = trained.forward_all(tokens).log_softmax(-1), on_raw.forward_all(tokens).log_softmax(-1)
+    torch.testing.assert_close(theirs, ours, rtol=1e-4, atol=1e-5 * float(ours.abs().max()))
+    # the reverse: trained on the raw stream, its translators read the mean that centring takes away
+    from_raw = fit_tuned_lens(raw, data, steps=10, batch_size=2, progress=False)
+    assert max(reads_the_mean(t.weight) for t in from_raw) > 1e-2
+    from_raw.save(tmp_path / "raw")
+    with pytest.raises(ValueError, match=r"trained on a raw residual stream .* read the stream's mean"):
+        TunedLens.from_pretrained(tmp_path / "raw", model)

@@ -17,11 +17,13 @@ Phases, in the paper's words and in this file's order:
 Training (the paper's KL objective, tuned-lens' optimiser) is `interp_gpt.lenses.train.fit_tuned_lens`.
 
 Raw or processed weights. fold_ln and center_unembed change no translator's input and no lens output
-(log-probs), but center_writing_weights centres the residual stream itself, so a lens trained on one
-stream reads the other differently. `config.json` records the weights a lens was trained on under
+(log-probs), but center_writing_weights centres the residual stream itself: it takes away the stream's
+mean, `m 1`. A translator blind to that direction (`A_l 1` along `1`, which ln_final takes away; every
+lens trained on a centred stream, whose gradients never reach it) reads both streams alike; one that
+reads it does not. `config.json` records the weights a lens was trained on under
 `interp_gpt_model_processing` (a key tuned-lens ignores); a lens without it (tuned-lens' own, trained
-on Hugging Face models) is taken as trained on raw weights. A lens and a model that disagree on
-centring are refused, naming both.
+on Hugging Face models) is taken as trained on raw weights. Where lens and model disagree on centring,
+the translators decide (`reads_the_mean`): a lens that reads the mean is refused, naming both.
 """
 
 from __future__ import annotations
@@ -44,7 +46,9 @@ from ..checks import cached_activation, check_index, check_int, check_type
 from ..files import atomic_path
 from ..model.gpt import GPT, LayerNorm
 
-__all__ = ["TunedLens", "unembed_hash", "lens_processing", "check_lens_folder", "PROCESSING_KEY"]
+__all__ = [
+    "TunedLens", "unembed_hash", "lens_processing", "reads_the_mean", "check_lens_folder", "PROCESSING_KEY"
+]  # fmt: skip
 
 PROCESSING_KEY = "interp_gpt_model_processing"  # config.json: the weights the lens was trained on
 _RAW = {"fold_ln": False, "center_writing_weights": False, "center_unembed": False}
@@ -293,7 +297,8 @@ class TunedLens(nn.Module):
     def from_pretrained(cls, path: str | os.PathLike[str], model: GPT) -> TunedLens:
         """A lens from tuned-lens 0.2's folder (`config.json` + `params.pt`), over `model`. Refused, by
         name, where it was made for another d_model or number of layers, for a residual stream centred
-        otherwise (center_writing_weights), or where a tensor is missing, extra, mis-shaped or not finite.
+        otherwise (center_writing_weights) where its translators read the stream's mean (`reads_the_mean`), or
+        where a tensor is missing, extra, mis-shaped or not finite.
         Where the lens' `unembed_hash` differs from the model's (on the same weight processing) it warns,
         as tuned-lens does.
 
@@ -319,8 +324,48 @@ class TunedLens(nn.Module):
         lens = cls(model, config)
         state = torch.load(folder / "params.pt", map_location="cpu", weights_only=True)
         _check_state(state, lens, where)
+        _check_centring(config, state, model, where)
         lens.layer_translators.load_state_dict(state)
         return lens
+
+
+def reads_the_mean(weight: Tensor) -> float:
+    """How much a translator `A` (`[d_model, d_model]`) reads the residual stream's mean direction `1`: the
+    largest entry of `A 1` less its mean (the part ln_final keeps), over the largest row sum of `|A|` (0 for a
+    translator blind to the mean, as every one trained on a centred stream is, to rounding; 0 for a zero one).
+
+    Example:
+        >>> reads_the_mean(torch.eye(4)), reads_the_mean(torch.zeros(4, 4))
+        (0.0, 0.0)
+        >>> reads_the_mean(torch.tensor([[1.0, 1.0], [0.0, 0.0]]))
+        0.5
+    """
+    w = weight.detach().double()
+    along = w.sum(-1)  # A 1
+    scale = float(w.abs().sum(-1).max())
+    return float((along - along.mean()).abs().max()) / scale if scale > 0 else 0.0
+
+
+def _check_centring(config: dict[str, Any], state: dict[str, Tensor], model: GPT, where: str) -> None:
+    """A lens trained on a stream centred otherwise than the model's loads only if its translators are blind to
+    the stream's mean (`reads_the_mean` at rounding level): then it reads both streams alike."""
+    lens_c = (config.get(PROCESSING_KEY) or _RAW)["center_writing_weights"]
+    model_c = lens_processing(model)["center_writing_weights"]
+    if lens_c == model_c:
+        return
+    weights = [(k, v) for k, v in state.items() if k.endswith("weight")]
+    # rounding: ~eps / sqrt(d_model) of the largest row sum where the values were stored in a low precision
+    tol = max(1e-4, 4 * max(torch.finfo(v.dtype).eps for _, v in weights) / model.cfg.d_model**0.5)
+    name, worst = max(((k, reads_the_mean(v)) for k, v in weights), key=lambda kv: kv[1])
+    if worst > tol:
+        how = "centred" if lens_c else "raw"
+        load = _LOAD_PROCESSED if lens_c else _LOAD_RAW
+        raise ValueError(
+            f"{where}: the lens was trained on a {how} residual stream ({PROCESSING_KEY}.center_writing_weights="
+            f"{lens_c}) but the model's is {'centred' if model_c else 'raw'} (center_writing_weights={model_c}), and "
+            f"its translators read the stream's mean (reads_the_mean of {name}: {worst:.3g} > {tol:.1g}), which "
+            f"centring takes away: they would read other numbers; load the model with {load}"
+        )
 
 
 def _check_config(config: dict[str, Any], model: GPT, where: str) -> None:
@@ -343,15 +388,6 @@ def _check_config(config: dict[str, Any], model: GPT, where: str) -> None:
     if not isinstance(recorded, dict) or not all(isinstance(recorded.get(k), bool) for k in _RAW):
         raise ValueError(f"{where}: config.json {PROCESSING_KEY}={recorded!r}, expected {_RAW}-like booleans")
     mine_p = lens_processing(model)
-    lens_c, model_c = recorded["center_writing_weights"], mine_p["center_writing_weights"]
-    if lens_c != model_c:
-        how = "centred" if lens_c else "raw"
-        load = _LOAD_PROCESSED if lens_c else _LOAD_RAW
-        raise ValueError(
-            f"{where}: the lens was trained on a {how} residual stream ({PROCESSING_KEY}.center_writing_weights="
-            f"{lens_c}) but the model's is {'centred' if model_c else 'raw'} (center_writing_weights={model_c}); "
-            f"its translators would read other numbers: load the model with {load}"
-        )
     lens_hash = config.get("unembed_hash")
     # the hash compares unembeddings processed alike (fold_ln and center_unembed change W_U, not the lens)
     if lens_hash and {k: recorded[k] for k in _RAW} == mine_p and lens_hash != unembed_hash(model):
