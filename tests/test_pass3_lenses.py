@@ -14,7 +14,7 @@ import torch
 
 from interp_gpt import GPT
 from interp_gpt.cli import main
-from interp_gpt.lenses import TunedLens, fit_tuned_lens, logit_lens
+from interp_gpt.lenses import TunedLens, fit_tuned_lens, jacobian_lens, logit_lens
 from interp_gpt.lenses import command as lens_command
 from interp_gpt.lenses.tuned import reads_the_mean
 
@@ -191,3 +191,31 @@ def test_a_lens_trained_on_a_centred_stream_reads_the_raw_one_alike(model: GPT, 
     from_raw.save(tmp_path / "raw")
     with pytest.raises(ValueError, match=r"trained on a raw residual stream .* read the stream's mean"):
         TunedLens.from_pretrained(tmp_path / "raw", model)
+
+
+# ----------------------------------------------------------------------------
+# row 17: fit_tuned_lens and jacobian_lens under torch.inference_mode() fit as they do outside it
+# ----------------------------------------------------------------------------
+def test_the_fits_leave_inference_mode(model: GPT) -> None:
+    data, prompts = _ids(model, 0), ["The cat sat on the mat."]
+    outside = fit_tuned_lens(model, data, steps=2, batch_size=2, progress=False)
+    j_outside = jacobian_lens(model, prompts, skip_first_positions=2)
+    with torch.inference_mode():
+        inside = fit_tuned_lens(model, data, steps=2, batch_size=2, progress=False)
+        j_inside = jacobian_lens(model, prompts, skip_first_positions=2)
+        tokens = _ids(model, 1)  # an inference tensor as data: read, never differentiated
+        fit_tuned_lens(model, tokens, steps=1, batch_size=2, progress=False)
+    for a, b in zip(inside.state_dict().values(), outside.state_dict().values(), strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6 * float(b.abs().max()))
+    torch.testing.assert_close(j_inside.J, j_outside.J, rtol=1e-5, atol=1e-6 * float(j_outside.J.abs().max()))
+    assert not any(p.is_inference() for p in inside.parameters())  # a lens that trains on afterwards
+
+
+def test_a_model_made_in_inference_mode_is_refused_by_name() -> None:
+    with torch.inference_mode():
+        frozen = GPT.from_pretrained("tiny-gpt2")
+    data = _ids(frozen, 0)
+    with pytest.raises(ValueError, match=r"fit_tuned_lens: model_or_lens's .* was made under torch.inference_mode"):
+        fit_tuned_lens(frozen, data, steps=1, batch_size=2, progress=False)
+    with pytest.raises(ValueError, match=r"jacobian_lens: model's .* was made under torch.inference_mode"):
+        jacobian_lens(frozen, ["The cat sat on the mat."], skip_first_positions=2)

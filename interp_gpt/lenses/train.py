@@ -34,6 +34,7 @@ from tqdm.auto import tqdm  # type: ignore[import-untyped]
 from ..checks import check_float, check_int_in_range, check_seed, check_text_files, check_token_ids, check_type
 from ..files import atomic_path
 from ..model.gpt import GPT
+from .grad import check_not_inference
 from .tuned import TunedLens, check_lens_folder
 
 __all__ = ["fit_tuned_lens", "lens_kl", "lens_windows", "windows_digest"]
@@ -129,7 +130,8 @@ def _resume(lens: TunedLens, folder: Path, opt: torch.optim.Optimizer, settings:
     return int(state["step"])
 
 
-@torch.enable_grad()  # trains under a caller's torch.no_grad() / set_grad_enabled(False) too
+@torch.inference_mode(False)  # trains under a caller's torch.inference_mode() (grad.py),
+@torch.enable_grad()  # and under torch.no_grad() / set_grad_enabled(False) too
 def fit_tuned_lens(
     model_or_lens: GPT | TunedLens,
     data: Any,
@@ -224,6 +226,9 @@ def _check_fit(
         raise TypeError(
             f"fit_tuned_lens: model_or_lens must be a GPT or a TunedLens, got {type(model_or_lens).__name__}"
         )
+    model = model_or_lens.model if isinstance(model_or_lens, TunedLens) else model_or_lens
+    check_not_inference(model.named_parameters(), "model_or_lens", "fit_tuned_lens")
+    check_not_inference(model_or_lens.named_parameters(), "model_or_lens", "fit_tuned_lens")
     lens = model_or_lens if isinstance(model_or_lens, TunedLens) else TunedLens.from_model(model_or_lens)
     steps = check_int_in_range(steps, "steps", 1, None)
     batch_size = check_int_in_range(batch_size, "batch_size", 1, None)
