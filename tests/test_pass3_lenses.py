@@ -6,13 +6,16 @@ from __future__ import annotations
 
 import argparse
 import json
+import pickle
+import re
 import shlex
+import shutil
 from pathlib import Path
 
 import pytest
 import torch
 
-from interp_gpt import GPT
+from interp_gpt import GPT, CheckpointError
 from interp_gpt.cli import main
 from interp_gpt.lenses import TunedLens, fit_tuned_lens, jacobian_lens, logit_lens
 from interp_gpt.lenses import command as lens_command
@@ -219,3 +222,48 @@ def test_a_model_made_in_inference_mode_is_refused_by_name() -> None:
         fit_tuned_lens(frozen, data, steps=1, batch_size=2, progress=False)
     with pytest.raises(ValueError, match=r"jacobian_lens: model's .* was made under torch.inference_mode"):
         jacobian_lens(frozen, ["The cat sat on the mat."], skip_first_positions=2)
+
+
+# ----------------------------------------------------------------------------
+# row 18: a lens file that cannot be read raises a CheckpointError naming it; the commands say so in one line
+# ----------------------------------------------------------------------------
+def _spoil(path: Path, kind: str) -> None:
+    content = path.read_bytes()
+    spoilt = {
+        "empty": b"",
+        "truncated": content[: len(content) // 2],
+        "text": b"hello",
+        "foreign": pickle.dumps({"x": ValueError("not a tensor")}),
+    }
+    if kind == "tensor":
+        torch.save(torch.zeros(3), path)
+    else:
+        path.write_bytes(spoilt[kind])
+
+
+@pytest.fixture(scope="module")
+def saved_run(model: GPT, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("run")
+    fit_tuned_lens(model, _ids(model, 0), steps=2, batch_size=2, save_to=folder, progress=False)
+    return folder
+
+
+@pytest.mark.parametrize("kind", ["empty", "truncated", "text", "foreign", "tensor"])
+def test_an_unreadable_lens_file_is_a_checkpoint_error_naming_it(
+    model: GPT, saved_run: Path, tmp_path: Path, kind: str, capsys
+) -> None:  # type: ignore[no-untyped-def]
+    for name in ("params.pt", "training_state.pt"):
+        folder = tmp_path / name
+        shutil.copytree(saved_run, folder)
+        _spoil(folder / name, kind)
+        with pytest.raises(CheckpointError, match=re.escape(str(folder / name) if kind != "tensor" else name)):
+            if name == "params.pt":
+                TunedLens.from_pretrained(folder, model)
+            else:
+                fit_tuned_lens(
+                    model, _ids(model, 0), steps=2, batch_size=2, save_to=folder, resume=True, progress=False
+                )
+    capsys.readouterr()
+    assert main(["lens", "tiny-gpt2", "The cat", "--tuned", str(tmp_path / "params.pt")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("error: ") and "params.pt" in err

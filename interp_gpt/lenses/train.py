@@ -31,11 +31,12 @@ from jaxtyping import Float
 from torch import Tensor
 from tqdm.auto import tqdm  # type: ignore[import-untyped]
 
+from ..checkpoints.sources import CheckpointError
 from ..checks import check_float, check_int_in_range, check_seed, check_text_files, check_token_ids, check_type
 from ..files import atomic_path
 from ..model.gpt import GPT
 from .grad import check_not_inference
-from .tuned import TunedLens, check_lens_folder
+from .tuned import TunedLens, check_lens_folder, read_torch_file
 
 __all__ = ["fit_tuned_lens", "lens_kl", "lens_windows", "windows_digest"]
 
@@ -109,7 +110,7 @@ def _resume(lens: TunedLens, folder: Path, opt: torch.optim.Optimizer, settings:
                 "model_or_lens (resume=False)"
             )
         return 0
-    state = torch.load(folder / STATE_FILE, map_location="cpu", weights_only=True)
+    state = _read_state(folder / STATE_FILE)
     saved_digest = (state.get("settings") or {}).get("data_sha256")
     if saved_digest != settings["data_sha256"]:
         raise ValueError(
@@ -126,8 +127,26 @@ def _resume(lens: TunedLens, folder: Path, opt: torch.optim.Optimizer, settings:
         )
     loaded = TunedLens.from_pretrained(folder, lens.model)
     lens.layer_translators.load_state_dict(loaded.layer_translators.state_dict())
-    opt.load_state_dict(state["optimizer"])
+    try:
+        opt.load_state_dict(state["optimizer"])
+    except (KeyError, ValueError, TypeError, IndexError) as e:
+        raise CheckpointError(
+            f"{folder / STATE_FILE}: its optimizer state does not fit this lens' SGD ({type(e).__name__}: {e})"
+        ) from e
     return int(state["step"])
+
+
+def _read_state(path: Path) -> dict[str, Any]:
+    """training_state.pt: {"step": an int >= 0, "optimizer": a dict, "settings": a dict}, or a CheckpointError."""
+    state = read_torch_file(path, "fit_tuned_lens' training state")
+    fields = (("step", int), ("optimizer", dict), ("settings", dict))
+    if not isinstance(state, dict) or any(not isinstance(state.get(k), t) for k, t in fields) or state["step"] < 0:
+        got = {k: type(state.get(k)).__name__ for k, _ in fields} if isinstance(state, dict) else type(state).__name__
+        raise CheckpointError(
+            f"{path}: expected fit_tuned_lens' training state, a dict of step (an int >= 0), optimizer and "
+            f"settings (dicts); got {got}"
+        )
+    return state
 
 
 @torch.inference_mode(False)  # trains under a caller's torch.inference_mode() (grad.py),

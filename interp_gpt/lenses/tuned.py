@@ -42,12 +42,14 @@ from jaxtyping import Float
 from torch import Tensor, nn
 
 from ..cache import ActivationCache
+from ..checkpoints.sources import CheckpointError
 from ..checks import cached_activation, check_index, check_int, check_type
 from ..files import atomic_path
 from ..model.gpt import GPT, LayerNorm
 
 __all__ = [
-    "TunedLens", "unembed_hash", "lens_processing", "reads_the_mean", "check_lens_folder", "PROCESSING_KEY"
+    "TunedLens", "unembed_hash", "lens_processing", "reads_the_mean", "check_lens_folder", "read_torch_file",
+    "PROCESSING_KEY",
 ]  # fmt: skip
 
 PROCESSING_KEY = "interp_gpt_model_processing"  # config.json: the weights the lens was trained on
@@ -109,6 +111,31 @@ def lens_processing(model: GPT) -> dict[str, bool]:
         "center_writing_weights": centred,
         "center_unembed": _centred(model.unembed.W_U),
     }
+
+
+def read_torch_file(path: Path, what: str) -> Any:
+    """A lens file written by `torch.save` (params.pt, training_state.pt), read with `weights_only=True`; one
+    that cannot be read (empty, truncated, not a torch file, or holding objects other than tensors and plain
+    containers) raises a `CheckpointError` (a ValueError) naming the file, its size and `what` it should hold.
+
+    Example:
+        >>> _ = Path("empty.pt").write_bytes(b"")
+        >>> read_torch_file(Path("empty.pt"), "a state dict")
+        Traceback (most recent call last):
+        ...
+        interp_gpt.checkpoints.sources.CheckpointError: empty.pt: expected a state dict written by torch.save, ...
+    """
+    try:
+        with warnings.catch_warnings():  # torch's note on a foreign file's pickle protocol: the error says it all
+            warnings.filterwarnings("ignore", message="Detected pickle protocol")
+            return torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:  # EOFError (empty), OSError (truncated), UnpicklingError (foreign), KeyError ...
+        size = path.stat().st_size if path.is_file() else 0
+        detail = " ".join(f"{type(e).__name__}: {e}".split())[:300]
+        raise CheckpointError(
+            f"{path}: expected {what} written by torch.save, but torch.load(weights_only=True) cannot read its "
+            f"{size:,} bytes (empty, truncated or not a torch file?): {detail}"
+        ) from e
 
 
 def check_lens_folder(path: Any, arg: str, caller: str | None = None) -> Path:
@@ -317,12 +344,12 @@ class TunedLens(nn.Module):
         try:
             config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
         except ValueError as e:
-            raise ValueError(f"{where}: config.json is not valid JSON ({e})") from None
+            raise CheckpointError(f"{where}: config.json is not valid JSON ({e})") from None
         if not isinstance(config, dict):
-            raise ValueError(f"{where}: config.json holds {type(config).__name__}, expected a JSON object")
+            raise CheckpointError(f"{where}: config.json holds {type(config).__name__}, expected a JSON object")
         _check_config(config, model, where)
         lens = cls(model, config)
-        state = torch.load(folder / "params.pt", map_location="cpu", weights_only=True)
+        state = read_torch_file(folder / "params.pt", "the translators' state dict (tuned-lens' params.pt)")
         _check_state(state, lens, where)
         _check_centring(config, state, model, where)
         lens.layer_translators.load_state_dict(state)
@@ -401,7 +428,7 @@ def _check_config(config: dict[str, Any], model: GPT, where: str) -> None:
 def _check_state(state: Any, lens: TunedLens, where: str) -> None:
     """params.pt holds exactly the translators' tensors, each of its shape and finite."""
     if not isinstance(state, dict) or not all(isinstance(v, Tensor) for v in state.values()):
-        raise ValueError(f"{where}: params.pt holds {type(state).__name__}, expected a state dict of tensors")
+        raise CheckpointError(f"{where}: params.pt holds {type(state).__name__}, expected a state dict of tensors")
     want = {k: tuple(v.shape) for k, v in lens.layer_translators.state_dict().items()}
     missing, extra = sorted(set(want) - set(state)), sorted(set(state) - set(want))
     bad = [
