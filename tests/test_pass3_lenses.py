@@ -267,3 +267,15 @@ def test_an_unreadable_lens_file_is_a_checkpoint_error_naming_it(
     assert main(["lens", "tiny-gpt2", "The cat", "--tuned", str(tmp_path / "params.pt")]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("error: ") and "params.pt" in err
+
+
+# ----------------------------------------------------------------------------
+# row 19: train-lens with an lr that makes training diverge: one line naming --lr and the step, exit 2
+# ----------------------------------------------------------------------------
+def test_train_lens_says_in_one_line_that_lr_diverged(model: GPT, small_corpus: Path, tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    assert _train(small_corpus, tmp_path / "lens", "--lr", "1e30") == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert re.fullmatch(r"error: --lr=1e\+30: training diverged at step \d+ \(the KL is (nan|inf)\); lower --lr\n", err)
+    with pytest.raises(FloatingPointError, match=r"step \d+: the KL is"):  # the library's error, as it was
+        fit_tuned_lens(model, _ids(model, 0), steps=4, batch_size=2, lr=1e30, progress=False)

@@ -106,7 +106,7 @@ def run(args: argparse.Namespace, load: Callable[[str], Any]) -> int:
     from ..checks import check_int_in_range, check_text_files
     from ..files import write_atomic
     from ..sae.training.data import split_corpus
-    from .train import fit_tuned_lens, lens_kl, lens_windows
+    from .train import LensDiverged, fit_tuned_lens, lens_kl, lens_windows
     from .tuned import TunedLens
 
     _check(args)
@@ -129,6 +129,8 @@ def run(args: argparse.Namespace, load: Callable[[str], Any]) -> int:
             f"train-lens: interrupted; the lens so far is in {out} (run again with --resume to go on)", file=sys.stderr
         )
         return 130
+    except LensDiverged as e:  # bad input (an lr too large): one line, exit 2, as every command's
+        raise ValueError(f"--lr={args.lr!r}: training diverged at step {e.step} (the KL is {e.kl}); lower --lr") from e
     seconds = time.perf_counter() - start
     logit = lens_kl(TunedLens.from_model(model), val_windows, batch_size=args.batch_size)
     tuned = lens_kl(lens, val_windows, batch_size=args.batch_size)

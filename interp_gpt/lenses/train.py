@@ -38,7 +38,7 @@ from ..model.gpt import GPT
 from .grad import check_not_inference
 from .tuned import TunedLens, check_lens_folder, read_torch_file
 
-__all__ = ["fit_tuned_lens", "lens_kl", "lens_windows", "windows_digest"]
+__all__ = ["fit_tuned_lens", "lens_kl", "lens_windows", "windows_digest", "LensDiverged"]
 
 STATE_FILE = "training_state.pt"
 
@@ -71,6 +71,19 @@ def lens_windows(model: GPT, data: Any, context_size: int = 128) -> Tensor:
     if not rows:
         raise ValueError(f"data: too short for one window of context_size={context_size} tokens")
     return torch.stack(rows)
+
+
+class LensDiverged(FloatingPointError):
+    """`fit_tuned_lens` stopped: the KL at `step` (0-based) is `kl` (NaN or inf), the learning rate `lr` too large.
+
+    Example:
+        >>> str(LensDiverged(3, float("nan"), 1e30))
+        'fit_tuned_lens: step 3: the KL is nan; lower lr=1e+30'
+    """
+
+    def __init__(self, step: int, kl: float, lr: float) -> None:
+        super().__init__(f"fit_tuned_lens: step {step}: the KL is {kl}; lower lr={lr}")
+        self.step, self.kl, self.lr = step, kl, lr
 
 
 def windows_digest(windows: Tensor) -> str:
@@ -217,7 +230,7 @@ def fit_tuned_lens(
             # 2. forward and 3. loss
             total = _kl_backward(lens, batch, names, opt)
             if not torch.isfinite(torch.tensor(total)):
-                raise FloatingPointError(f"fit_tuned_lens: step {step}: the KL is {total}; lower lr={lr}")
+                raise LensDiverged(step, total, lr)
             # 4. step: clip, linear decay, SGD with Nesterov momentum
             torch.nn.utils.clip_grad_norm_(lens.parameters(), max_grad_norm)
             for group in opt.param_groups:
