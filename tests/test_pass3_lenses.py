@@ -279,3 +279,21 @@ def test_train_lens_says_in_one_line_that_lr_diverged(model: GPT, small_corpus: 
     assert re.fullmatch(r"error: --lr=1e\+30: training diverged at step \d+ \(the KL is (nan|inf)\); lower --lr\n", err)
     with pytest.raises(FloatingPointError, match=r"step \d+: the KL is"):  # the library's error, as it was
         fit_tuned_lens(model, _ids(model, 0), steps=4, batch_size=2, lr=1e30, progress=False)
+
+
+# ----------------------------------------------------------------------------
+# row 20: train-lens on a text with no newline keeps a validation tail; a tail too short says which split
+# ----------------------------------------------------------------------------
+def test_train_lens_splits_a_one_line_text_and_names_a_short_split(small_corpus: Path, tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    one_line = tmp_path / "one_line.txt"
+    one_line.write_text(" ".join(small_corpus.read_text(encoding="utf-8").split()))  # ~20k characters, no newline
+    assert "\n" not in one_line.read_text()
+    assert _train(one_line, tmp_path / "lens") == 0
+    metrics = json.loads((tmp_path / "lens" / "metrics.json").read_text())
+    assert metrics["validation_tokens"] > 0 and "or at a space" in metrics["validation_text"]
+    capsys.readouterr()
+    assert _train(one_line, tmp_path / "short", "--val-frac", "0.001", "--context-size", "128") == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert "validation split (the last 0.1% of each file) is too short for one window of --context-size=128" in err
+    assert "--val-frac=0.001" in err

@@ -99,6 +99,35 @@ def _command(args: argparse.Namespace) -> str:
     return " ".join(shlex.quote(str(p)) for p in [*parts, "--out", args.out])
 
 
+def _split(parts: tuple[list[str], list[str]], val_frac: float) -> tuple[list[str], list[str]]:
+    """`split_corpus`' (train, validation) texts, where a file's tail had no newline to cut at (its validation
+    text came out empty) cut at the first space at or after the same place instead (at that character if
+    there is none), so a text written on one line keeps a validation tail too."""
+    train, val = list(parts[0]), list(parts[1])
+    for i, text in enumerate(train):
+        if not val[i] and text:
+            at = int(len(text) * (1 - val_frac))
+            space = text.find(" ", at)
+            cut = space + 1 if 0 <= space < len(text) - 1 else at
+            train[i], val[i] = text[:cut], text[cut:]
+    return train, val
+
+
+def _windows(model: Any, texts: list[str], args: argparse.Namespace, part: str) -> Any:
+    """`lens_windows` of one part of --data, refusing one too short for a window by the options that size it."""
+    from .train import lens_windows
+
+    try:
+        return lens_windows(model, texts, args.context_size)
+    except ValueError as e:
+        if "too short" not in str(e):
+            raise
+        raise ValueError(
+            f"--data: the {part} is too short for one window of --context-size={args.context_size} tokens; give "
+            f"more text, lower --context-size or change --val-frac={args.val_frac}"
+        ) from None
+
+
 def run(args: argparse.Namespace, load: Callable[[str], Any]) -> int:
     """Train, save, and print each layer's held-out KL (logit lens vs tuned lens); 130 on Ctrl-C (saved)."""
     import torch
@@ -106,7 +135,7 @@ def run(args: argparse.Namespace, load: Callable[[str], Any]) -> int:
     from ..checks import check_int_in_range, check_text_files
     from ..files import write_atomic
     from ..sae.training.data import split_corpus
-    from .train import LensDiverged, fit_tuned_lens, lens_kl, lens_windows
+    from .train import LensDiverged, fit_tuned_lens, lens_kl
     from .tuned import TunedLens
 
     _check(args)
@@ -114,13 +143,15 @@ def run(args: argparse.Namespace, load: Callable[[str], Any]) -> int:
         torch.set_num_threads(args.threads)
     model = load(args.model)
     check_int_in_range(args.context_size, "--context-size", 2, model.cfg.n_ctx, f"contexts of {args.model}")
-    train, val = split_corpus(check_text_files(args.data, "--data"), args.val_frac)
-    val_windows = lens_windows(model, val, args.context_size)[: args.val_windows or None]
+    train, val = _split(split_corpus(check_text_files(args.data, "--data"), args.val_frac), args.val_frac)
+    train_windows = _windows(model, train, args, "training part (the text before each file's validation tail)")
+    val_windows = _windows(model, val, args, f"validation split (the last {args.val_frac * 100:g}% of each file)")
+    val_windows = val_windows[: args.val_windows or None]
     out = Path(args.out)
     start = time.perf_counter()
     try:
         lens = fit_tuned_lens(
-            model, train, steps=args.steps, batch_size=args.batch_size, context_size=args.context_size, lr=args.lr,
+            model, train_windows, steps=args.steps, batch_size=args.batch_size, context_size=args.context_size, lr=args.lr,
             momentum=args.momentum, weight_decay=args.weight_decay, seed=args.seed, save_to=out, resume=args.resume,
             progress=not args.no_progress,
         )  # fmt: skip
@@ -137,7 +168,10 @@ def run(args: argparse.Namespace, load: Callable[[str], Any]) -> int:
     tokens = args.steps * args.batch_size * args.context_size
     metrics = {
         "held_out_kl": {"layers": list(range(len(lens))), "logit_lens": logit.tolist(), "tuned_lens": tuned.tolist()},
-        "validation_text": f"the last {args.val_frac:.0%} (cut at a newline) of each text file in {', '.join(args.data)}",
+        "validation_text": (
+            f"the last {args.val_frac:.0%} (cut at a newline, or at a space where the tail has none) of each text "
+            f"file in {', '.join(args.data)}"
+        ),
         "validation_tokens": int(val_windows.numel()),
         "steps": args.steps,
         "train_tokens": tokens,
