@@ -17,7 +17,7 @@ import torch
 
 from interp_gpt import GPT, CheckpointError
 from interp_gpt.cli import main
-from interp_gpt.lenses import TunedLens, fit_tuned_lens, jacobian_lens, logit_lens
+from interp_gpt.lenses import TunedLens, fit_tuned_lens, jacobian_lens, lens_kl, logit_lens
 from interp_gpt.lenses import command as lens_command
 from interp_gpt.lenses.tuned import reads_the_mean
 
@@ -297,3 +297,16 @@ def test_train_lens_splits_a_one_line_text_and_names_a_short_split(small_corpus:
     assert err.count("\n") == 1
     assert "validation split (the last 0.1% of each file) is too short for one window of --context-size=128" in err
     assert "--val-frac=0.001" in err
+
+
+# ----------------------------------------------------------------------------
+# also: a text given where a path is expected names the rule (a str is a path, a list of str is texts)
+# ----------------------------------------------------------------------------
+def test_a_text_given_as_data_names_the_path_rule(model: GPT) -> None:
+    text = "The cat sat on the mat. " * 40  # longer than a file name may be
+    rule = r"no such file or folder; a str is read as a path .* a list of str as the texts themselves"
+    with pytest.raises(FileNotFoundError, match=r"data 'The cat sat on the mat\. .*\.\.\.': " + rule):
+        fit_tuned_lens(model, text, steps=1, batch_size=1, context_size=16, progress=False)
+    with pytest.raises(FileNotFoundError, match=rule):
+        lens_kl(TunedLens.from_model(model), text, context_size=16)
+    fit_tuned_lens(model, [text], steps=1, batch_size=1, context_size=16, progress=False)  # the texts themselves

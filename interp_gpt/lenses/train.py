@@ -66,6 +66,14 @@ def lens_windows(model: GPT, data: Any, context_size: int = 128) -> Tensor:
     paths = isinstance(data, (str, os.PathLike)) or (
         isinstance(data, (list, tuple)) and bool(data) and all(isinstance(d, os.PathLike) for d in data)
     )
+    for item in (data if isinstance(data, (list, tuple)) else [data]) if paths else []:
+        if not os.path.exists(item):  # also False for a text too long to be a file name (no OSError 36)
+            text = os.fspath(item)
+            shown = repr(text if len(text) <= 60 else text[:60] + "...")
+            raise FileNotFoundError(
+                f"data {shown}: no such file or folder; a str is read as a path (a text file or a folder of .txt "
+                "files), a list of str as the texts themselves: to train on this text, pass [text]"
+            )
     source: Any = check_text_files(data, "data") if paths else data
     rows = list(TokenWindows(model.tokenizer, source, context_size, prepend_bos=True))
     if not rows:
