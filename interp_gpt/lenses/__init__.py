@@ -19,7 +19,7 @@ Example:
 
 from .jacobian import JacobianLens, jacobian_lens
 from .logit import LogitLensResult, logit_lens, readout
-from .train import fit_tuned_lens, lens_kl, lens_windows
+from .train import LensDiverged, fit_tuned_lens, lens_kl, lens_windows
 from .tuned import PROCESSING_KEY, TunedLens, lens_processing, unembed_hash
 
 __all__ = [
@@ -32,6 +32,7 @@ __all__ = [
     "fit_tuned_lens",
     "lens_kl",
     "lens_windows",
+    "LensDiverged",
     "lens_processing",
     "unembed_hash",
     "PROCESSING_KEY",

@@ -21,7 +21,10 @@ from typing import Any
 
 from ..cli.common import add_data_argument, table
 
-__all__ = ["HELP", "DESCRIPTION", "EXAMPLES", "add_arguments", "run", "tuned_lens_logits", "load_for_lens"]
+__all__ = [
+    "HELP", "DESCRIPTION", "EXAMPLES", "RESULT_OPTIONS", "OTHER_OPTIONS", "add_arguments", "run", "tuned_lens_logits",
+    "load_for_lens",
+]  # fmt: skip
 
 HELP = "train a tuned lens (tuned-lens 0.2's objective and files) on a text corpus"
 DESCRIPTION = (
@@ -65,26 +68,64 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def _check(args: argparse.Namespace) -> None:
     """Every option that needs no model, checked before the model loads."""
-    from ..checks import check_float, check_int_in_range
+    from ..checks import check_float, check_int_in_range, check_seed
 
     for option, low in (("steps", 1), ("batch_size", 1), ("context_size", 2), ("val_windows", 0), ("threads", 0)):
         check_int_in_range(getattr(args, option), "--" + option.replace("_", "-"), low, None)
+    check_seed(args.seed, "--seed", high=2**63 - 1 - args.steps)  # fit_tuned_lens' bound: seed + epoch < 2**63
     check_float(args.val_frac, "--val-frac", 0.0, 0.5)
     check_float(args.lr, "--lr", 0.0)
     check_float(args.momentum, "--momentum", 0.0, 1.0)
     if not 0 <= args.weight_decay < float("inf"):
         raise ValueError(f"--weight-decay={args.weight_decay!r} is out of range: expected a finite number >= 0")
-    out = Path(args.out)
-    if out.exists() and not out.is_dir():
-        raise ValueError(f"--out={args.out!r} is a file; expected a folder (config.json, params.pt, metrics.json)")
+    from .tuned import check_lens_folder
+
+    check_lens_folder(args.out, "--out")
+
+
+# The options that change what a run writes (the lens, its held-out KL), spelled out in metrics.json's command;
+# and those that do not (where the run stops and resumes, threads: rounding only, the progress bar).
+RESULT_OPTIONS = (
+    "val_frac", "steps", "batch_size", "context_size", "lr", "momentum", "weight_decay", "val_windows", "seed",
+)  # fmt: skip
+OTHER_OPTIONS = ("model", "data", "out", "threads", "resume", "no_progress")
 
 
 def _command(args: argparse.Namespace) -> str:
-    """The command that repeats this run, every option spelled out."""
+    """The command that repeats this run, every option that changes its results spelled out."""
     parts = ["interp-gpt", "train-lens", args.model, "--data", *args.data]
-    for option in ("val_frac", "steps", "batch_size", "context_size", "lr", "momentum", "weight_decay", "seed"):
+    for option in RESULT_OPTIONS:
         parts += ["--" + option.replace("_", "-"), str(getattr(args, option))]
     return " ".join(shlex.quote(str(p)) for p in [*parts, "--out", args.out])
+
+
+def _split(parts: tuple[list[str], list[str]], val_frac: float) -> tuple[list[str], list[str]]:
+    """`split_corpus`' (train, validation) texts, where a file's tail had no newline to cut at (its validation
+    text came out empty) cut at the first space at or after the same place instead (at that character if
+    there is none), so a text written on one line keeps a validation tail too."""
+    train, val = list(parts[0]), list(parts[1])
+    for i, text in enumerate(train):
+        if not val[i] and text:
+            at = int(len(text) * (1 - val_frac))
+            space = text.find(" ", at)
+            cut = space + 1 if 0 <= space < len(text) - 1 else at
+            train[i], val[i] = text[:cut], text[cut:]
+    return train, val
+
+
+def _windows(model: Any, texts: list[str], args: argparse.Namespace, part: str) -> Any:
+    """`lens_windows` of one part of --data, refusing one too short for a window by the options that size it."""
+    from .train import lens_windows
+
+    try:
+        return lens_windows(model, texts, args.context_size)
+    except ValueError as e:
+        if "too short" not in str(e):
+            raise
+        raise ValueError(
+            f"--data: the {part} is too short for one window of --context-size={args.context_size} tokens; give "
+            f"more text, lower --context-size or change --val-frac={args.val_frac}"
+        ) from None
 
 
 def run(args: argparse.Namespace, load: Callable[[str], Any]) -> int:
@@ -94,7 +135,7 @@ def run(args: argparse.Namespace, load: Callable[[str], Any]) -> int:
     from ..checks import check_int_in_range, check_text_files
     from ..files import write_atomic
     from ..sae.training.data import split_corpus
-    from .train import fit_tuned_lens, lens_kl, lens_windows
+    from .train import LensDiverged, fit_tuned_lens, lens_kl
     from .tuned import TunedLens
 
     _check(args)
@@ -102,13 +143,15 @@ def run(args: argparse.Namespace, load: Callable[[str], Any]) -> int:
         torch.set_num_threads(args.threads)
     model = load(args.model)
     check_int_in_range(args.context_size, "--context-size", 2, model.cfg.n_ctx, f"contexts of {args.model}")
-    train, val = split_corpus(check_text_files(args.data, "--data"), args.val_frac)
-    val_windows = lens_windows(model, val, args.context_size)[: args.val_windows or None]
+    train, val = _split(split_corpus(check_text_files(args.data, "--data"), args.val_frac), args.val_frac)
+    train_windows = _windows(model, train, args, "training part (the text before each file's validation tail)")
+    val_windows = _windows(model, val, args, f"validation split (the last {args.val_frac * 100:g}% of each file)")
+    val_windows = val_windows[: args.val_windows or None]
     out = Path(args.out)
     start = time.perf_counter()
     try:
         lens = fit_tuned_lens(
-            model, train, steps=args.steps, batch_size=args.batch_size, context_size=args.context_size, lr=args.lr,
+            model, train_windows, steps=args.steps, batch_size=args.batch_size, context_size=args.context_size, lr=args.lr,
             momentum=args.momentum, weight_decay=args.weight_decay, seed=args.seed, save_to=out, resume=args.resume,
             progress=not args.no_progress,
         )  # fmt: skip
@@ -117,13 +160,18 @@ def run(args: argparse.Namespace, load: Callable[[str], Any]) -> int:
             f"train-lens: interrupted; the lens so far is in {out} (run again with --resume to go on)", file=sys.stderr
         )
         return 130
+    except LensDiverged as e:  # bad input (an lr too large): one line, exit 2, as every command's
+        raise ValueError(f"--lr={args.lr!r}: training diverged at step {e.step} (the KL is {e.kl}); lower --lr") from e
     seconds = time.perf_counter() - start
     logit = lens_kl(TunedLens.from_model(model), val_windows, batch_size=args.batch_size)
     tuned = lens_kl(lens, val_windows, batch_size=args.batch_size)
     tokens = args.steps * args.batch_size * args.context_size
     metrics = {
         "held_out_kl": {"layers": list(range(len(lens))), "logit_lens": logit.tolist(), "tuned_lens": tuned.tolist()},
-        "validation_text": f"the last {args.val_frac:.0%} (cut at a newline) of each text file in {', '.join(args.data)}",
+        "validation_text": (
+            f"the last {args.val_frac:.0%} (cut at a newline, or at a space where the tail has none) of each text "
+            f"file in {', '.join(args.data)}"
+        ),
         "validation_tokens": int(val_windows.numel()),
         "steps": args.steps,
         "train_tokens": tokens,

@@ -37,6 +37,7 @@ from ..checks import check_int, check_int_in_range, check_token_ids, check_type
 from ..model.generation import KVCache
 from ..model.gpt import GPT
 from ..prepare import checked_model
+from .grad import check_not_inference
 from .logit import readout
 
 __all__ = ["JacobianLens", "jacobian_lens"]
@@ -288,6 +289,7 @@ def _prompt_ids(model: GPT, prompts: Any, max_seq_len: int, caller: str) -> list
     return out
 
 
+@torch.inference_mode(False)  # fits under a caller's torch.inference_mode() too (grad.py)
 def jacobian_lens(
     model: GPT,
     prompts: Any,
@@ -309,7 +311,8 @@ def jacobian_lens(
     `skip_first_positions + 1` tokens (the reference skips a shorter one with a warning; this refuses it).
 
     The model's weights are frozen while it runs (their `requires_grad` flags are put back after). The
-    gradients are in the model's dtype, the averages and `J` in float32, as the reference's.
+    gradients are in the model's dtype, the averages and `J` in float32, as the reference's. It runs its own
+    gradients under a caller's `torch.no_grad()` or `torch.inference_mode()` too.
 
     Example:
         >>> lens = jacobian_lens(model, ["The cat sat on the mat.", "A dog ran after the ball."], skip_first_positions=2)
@@ -320,6 +323,7 @@ def jacobian_lens(
     """
     caller = "jacobian_lens"
     model = checked_model(model, caller, splices="none", why=_SPLICED_WHY)
+    check_not_inference(model.named_parameters(), "model", caller)
     n = model.cfg.n_layers
     if n < 2:
         raise ValueError(f"{caller}: the model has {n} layer; the lens maps a layer below the last to the last")

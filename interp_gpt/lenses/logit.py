@@ -36,7 +36,8 @@ class LogitLensResult:
 
     `values`: the logits `[n_entries, batch, pos, d_vocab]`; an int `positions` (the default, -1)
     drops the pos axis, as transformer-lens' `Slice` does. `labels`: one per entry, `"0_pre"` ...
-    `"final_post"`. `positions`: the positions read (non-negative).
+    `"final_post"`. `positions`: the positions read (non-negative; one per prompt where prompts of unequal
+    lengths are each read at their own int position).
 
     Example:
         >>> result = logit_lens(model, "The cat sat on the mat")
@@ -106,10 +107,12 @@ def _resid_names(model: GPT, incl_mid: bool) -> tuple[list[str], list[str]]:
 def logit_lens(model: GPT, tokens: Any, *, positions: SliceInput = -1, incl_mid: bool = False) -> LogitLensResult:
     """The logit lens at every layer: transformer-lens 4.3's `logit_lens(model, input, positions=...)`.
 
-    `tokens`: a string, a list of strings (padded by `model.to_tokens`: with the default last position, a
-    shorter prompt is read at a pad position, as transformer-lens warns) or token ids `[batch, pos]`.
+    `tokens`: a string, a list of strings or token ids `[batch, pos]` (every position real).
     `positions`: which positions to read, as transformer-lens' `Slice` takes them: an int (default -1,
     the last; the pos axis is dropped), None (all), a list, a slice or a (start, stop[, step]) tuple.
+    Strings of unequal lengths (in tokens) are right-padded and never read at a pad: an int position is
+    read in each prompt's own tokens (-1: its last real token, as `steering.contrastive_vector` reads
+    it; `.positions` then holds one per prompt), and any other selection is refused, naming the lengths.
     `incl_mid`: also read each layer's `resid_mid` (after attention, before the MLP).
 
     Returns a `LogitLensResult`: `.values [n_layers + 1 (+ n_layers with incl_mid), batch, (pos,) d_vocab]`,
@@ -140,13 +143,46 @@ def logit_lens(model: GPT, tokens: Any, *, positions: SliceInput = -1, incl_mid:
     slice_index(positions, f"{caller}: positions")  # a bad kind of selection fails here, by name
     pos = Slice(positions)
     names, labels = _resid_names(model, incl_mid)
+    mask = None
+    if isinstance(tokens, list):  # right-padded: a prompt's real tokens are 0..length-1
+        tokens, mask = model.to_tokens(tokens, padding_side="right", return_mask=True)
+        lengths = [int(n) for n in mask.sum(1)]
+        if len(set(lengths)) == 1:
+            mask = None  # no pad anywhere
+        elif pos.mode != "int":
+            raise ValueError(
+                f"{caller}: the prompts have unequal lengths {lengths} (tokens, BOS included), so positions="
+                f"{positions!r} would read pads in the shorter ones; pass an int position (each prompt is then "
+                "read at its own, negative counting from its own end) or prompts of one length"
+            )
     with torch.no_grad():
         # stop_at_layer: the stack needs no logits of the model's own (the last entry makes them).
-        _, cache = model.run_with_cache(tokens, names_filter=names, stop_at_layer=model.cfg.n_layers)
+        _, cache = model.run_with_cache(
+            tokens, attention_mask=mask, names_filter=names, stop_at_layer=model.cfg.n_layers
+        )
+    if mask is not None:  # unequal prompts, an int position: each read at its own, as contrastive_vector reads
+        own = _own_positions(int(pos.slice), lengths, positions, caller)  # type: ignore[arg-type]
+        rows = torch.arange(len(own), device=cache[names[0]].device)
+        index = torch.tensor(own, device=rows.device)
+        stack = torch.stack([cache[name][rows, index] for name in names])  # [entry, batch, d_model]
+        return LogitLensResult(readout(model, stack), labels, own)
     n_pos = cache[names[0]].shape[1]
     picked = _positions(pos, n_pos, positions, caller)
     stack = torch.stack([pos.apply(cache[name], dim=1) for name in names])  # [entry, batch, (pos,) d_model]
     return LogitLensResult(readout(model, stack), labels, picked)
+
+
+def _own_positions(index: int, lengths: list[int], given: Any, caller: str) -> list[int]:
+    """Each prompt's own position `index` (negative from its own end), refusing one outside a prompt."""
+    own = []
+    for i, n in enumerate(lengths):
+        if not -n <= index < n:
+            raise ValueError(
+                f"{caller}: positions={given!r} is out of range for tokens[{i}], which has {n} tokens: "
+                f"0..{n - 1} (negative counts from its end)"
+            )
+        own.append(index % n)
+    return own
 
 
 def _positions(pos: Slice, n_pos: int, given: Any, caller: str) -> list[int]:

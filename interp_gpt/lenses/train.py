@@ -31,12 +31,14 @@ from jaxtyping import Float
 from torch import Tensor
 from tqdm.auto import tqdm  # type: ignore[import-untyped]
 
-from ..checks import check_float, check_int_in_range, check_text_files, check_token_ids, check_type
+from ..checkpoints.sources import CheckpointError
+from ..checks import check_float, check_int_in_range, check_seed, check_text_files, check_token_ids, check_type
 from ..files import atomic_path
 from ..model.gpt import GPT
-from .tuned import TunedLens
+from .grad import check_not_inference
+from .tuned import TunedLens, check_lens_folder, read_torch_file
 
-__all__ = ["fit_tuned_lens", "lens_kl", "lens_windows"]
+__all__ = ["fit_tuned_lens", "lens_kl", "lens_windows", "windows_digest", "LensDiverged"]
 
 STATE_FILE = "training_state.pt"
 
@@ -64,11 +66,49 @@ def lens_windows(model: GPT, data: Any, context_size: int = 128) -> Tensor:
     paths = isinstance(data, (str, os.PathLike)) or (
         isinstance(data, (list, tuple)) and bool(data) and all(isinstance(d, os.PathLike) for d in data)
     )
+    for item in (data if isinstance(data, (list, tuple)) else [data]) if paths else []:
+        if not os.path.exists(item):  # also False for a text too long to be a file name (no OSError 36)
+            text = os.fspath(item)
+            shown = repr(text if len(text) <= 60 else text[:60] + "...")
+            raise FileNotFoundError(
+                f"data {shown}: no such file or folder; a str is read as a path (a text file or a folder of .txt "
+                "files), a list of str as the texts themselves: to train on this text, pass [text]"
+            )
     source: Any = check_text_files(data, "data") if paths else data
     rows = list(TokenWindows(model.tokenizer, source, context_size, prepend_bos=True))
     if not rows:
         raise ValueError(f"data: too short for one window of context_size={context_size} tokens")
     return torch.stack(rows)
+
+
+class LensDiverged(FloatingPointError):
+    """`fit_tuned_lens` stopped: the KL at `step` (0-based) is `kl` (NaN or inf), the learning rate `lr` too large.
+
+    Example:
+        >>> str(LensDiverged(3, float("nan"), 1e30))
+        'fit_tuned_lens: step 3: the KL is nan; lower lr=1e+30'
+    """
+
+    def __init__(self, step: int, kl: float, lr: float) -> None:
+        super().__init__(f"fit_tuned_lens: step {step}: the KL is {kl}; lower lr={lr}")
+        self.step, self.kl, self.lr = step, kl, lr
+
+
+def windows_digest(windows: Tensor) -> str:
+    """The sha256 of token windows `[n, pos]` (their shape, then the ids as little-endian int64): the data's
+    identity that `fit_tuned_lens(resume=True)` compares, as a harvest's `data_sha256` identifies its text.
+
+    Example:
+        >>> windows_digest(torch.zeros(2, 3, dtype=torch.long)) == windows_digest(torch.zeros(2, 3, dtype=torch.int32))
+        True
+        >>> windows_digest(torch.zeros(2, 3, dtype=torch.long)) == windows_digest(torch.zeros(3, 2, dtype=torch.long))
+        False
+    """
+    import hashlib
+
+    h = hashlib.sha256(repr(tuple(windows.shape)).encode())
+    h.update(windows.detach().to("cpu", torch.int64).contiguous().numpy().astype("<i8").tobytes())
+    return h.hexdigest()
 
 
 def _save(lens: TunedLens, folder: Path, step: int, opt: torch.optim.Optimizer, settings: dict[str, Any]) -> None:
@@ -78,10 +118,27 @@ def _save(lens: TunedLens, folder: Path, step: int, opt: torch.optim.Optimizer, 
 
 
 def _resume(lens: TunedLens, folder: Path, opt: torch.optim.Optimizer, settings: dict[str, Any]) -> int:
-    """Load the lens and optimiser saved in `folder`; returns the steps already taken (0 if none saved)."""
+    """Load the lens and optimiser saved in `folder`; returns the steps already taken (0 if nothing saved).
+    A folder holding a lens but no training state (`TunedLens.save`'s, tuned-lens' published ones) is refused:
+    training from zero would overwrite that lens at the end."""
     if not (folder / STATE_FILE).is_file():
+        found = [name for name in ("params.pt", "config.json") if (folder / name).exists()]
+        if found:
+            raise ValueError(
+                f"resume=True: {str(folder)!r} holds a lens ({', '.join(found)}) but no {STATE_FILE} (the step and "
+                "optimiser a stopped run saves), so there is no run to resume, and training from zero would "
+                "overwrite that lens; to train it further, pass TunedLens.from_pretrained(folder, model) as "
+                "model_or_lens (resume=False)"
+            )
         return 0
-    state = torch.load(folder / STATE_FILE, map_location="cpu", weights_only=True)
+    state = _read_state(folder / STATE_FILE)
+    saved_digest = (state.get("settings") or {}).get("data_sha256")
+    if saved_digest != settings["data_sha256"]:
+        raise ValueError(
+            f"data: the token windows differ from the ones the run saved in {folder / STATE_FILE} trained on "
+            f"(data_sha256: {str(saved_digest)[:16]}... there, {settings['data_sha256'][:16]}... here); resume on "
+            "the same data or save_to another folder"
+        )
     if state.get("settings") != settings:
         saved = state.get("settings") or {}
         diff = {k: (saved.get(k), v) for k, v in settings.items() if saved.get(k) != v}
@@ -91,11 +148,30 @@ def _resume(lens: TunedLens, folder: Path, opt: torch.optim.Optimizer, settings:
         )
     loaded = TunedLens.from_pretrained(folder, lens.model)
     lens.layer_translators.load_state_dict(loaded.layer_translators.state_dict())
-    opt.load_state_dict(state["optimizer"])
+    try:
+        opt.load_state_dict(state["optimizer"])
+    except (KeyError, ValueError, TypeError, IndexError) as e:
+        raise CheckpointError(
+            f"{folder / STATE_FILE}: its optimizer state does not fit this lens' SGD ({type(e).__name__}: {e})"
+        ) from e
     return int(state["step"])
 
 
-@torch.enable_grad()  # trains under a caller's torch.no_grad() / set_grad_enabled(False) too
+def _read_state(path: Path) -> dict[str, Any]:
+    """training_state.pt: {"step": an int >= 0, "optimizer": a dict, "settings": a dict}, or a CheckpointError."""
+    state = read_torch_file(path, "fit_tuned_lens' training state")
+    fields = (("step", int), ("optimizer", dict), ("settings", dict))
+    if not isinstance(state, dict) or any(not isinstance(state.get(k), t) for k, t in fields) or state["step"] < 0:
+        got = {k: type(state.get(k)).__name__ for k, _ in fields} if isinstance(state, dict) else type(state).__name__
+        raise CheckpointError(
+            f"{path}: expected fit_tuned_lens' training state, a dict of step (an int >= 0), optimizer and "
+            f"settings (dicts); got {got}"
+        )
+    return state
+
+
+@torch.inference_mode(False)  # trains under a caller's torch.inference_mode() (grad.py),
+@torch.enable_grad()  # and under torch.no_grad() / set_grad_enabled(False) too
 def fit_tuned_lens(
     model_or_lens: GPT | TunedLens,
     data: Any,
@@ -115,11 +191,12 @@ def fit_tuned_lens(
     """Train a tuned lens on `model_or_lens` (a GPT: a fresh lens; a TunedLens: trained further) with
     tuned-lens 0.2's objective and optimiser (see the module's docstring), for `steps` steps of
     `batch_size` windows of `data` (`lens_windows`' forms). A function, not a method: `nn.Module.train`
-    is taken, and the training loop is a phase apart from the lens, as tuned-lens keeps it.
+    is taken, and the training loop is a phase apart from the lens, as tuned-lens keeps it. `seed`: the data
+    order (epoch e shuffles with `seed + e`), an int 0..2**63 - 1 - steps, checked before any work.
 
     `save_to`: a folder; the lens (config.json, params.pt) and `training_state.pt` are written there at
     the end and when interrupted (Ctrl-C: saved, then the KeyboardInterrupt goes on). `resume=True`
-    continues a run saved there (same settings) from its step.
+    continues a run saved there (same settings, same data: the windows' `windows_digest`) from its step.
 
     Example:
         >>> lens = fit_tuned_lens(model, "data/corpus", steps=3, batch_size=2, context_size=32, progress=False)
@@ -129,6 +206,9 @@ def fit_tuned_lens(
     lens, steps, batch_size, lr, momentum, max_grad_norm = _check_fit(
         model_or_lens, steps, batch_size, lr, momentum, weight_decay, max_grad_norm
     )
+    # epoch e shuffles with seed + e (e < steps): every one of them a seed torch takes, checked before a step
+    seed = check_seed(seed, "seed", "fit_tuned_lens", high=2**63 - 1 - steps)
+    folder = None if save_to is None else check_lens_folder(save_to, "save_to", "fit_tuned_lens")  # before a step
     model = lens.model
     windows = lens_windows(model, data, context_size)
     n = windows.shape[0]
@@ -138,10 +218,9 @@ def fit_tuned_lens(
         raise ValueError("resume=True needs save_to: the folder a stopped run saved into")
     settings = dict(
         n_layers=len(lens), steps=steps, batch_size=batch_size, windows=list(windows.shape), lr=lr, momentum=momentum,
-        weight_decay=weight_decay, max_grad_norm=max_grad_norm, seed=seed,
+        weight_decay=weight_decay, max_grad_norm=max_grad_norm, seed=seed, data_sha256=windows_digest(windows),
     )  # fmt: skip
     opt = torch.optim.SGD(lens.parameters(), lr=lr, momentum=momentum, nesterov=True, weight_decay=weight_decay)
-    folder = None if save_to is None else Path(save_to)
     start = _resume(lens, folder, opt, settings) if resume and folder is not None else 0
     names = [f"blocks.{layer}.hook_resid_pre" for layer in range(len(lens))]
     device = model.unembed.W_U.device
@@ -159,7 +238,7 @@ def fit_tuned_lens(
             # 2. forward and 3. loss
             total = _kl_backward(lens, batch, names, opt)
             if not torch.isfinite(torch.tensor(total)):
-                raise FloatingPointError(f"fit_tuned_lens: step {step}: the KL is {total}; lower lr={lr}")
+                raise LensDiverged(step, total, lr)
             # 4. step: clip, linear decay, SGD with Nesterov momentum
             torch.nn.utils.clip_grad_norm_(lens.parameters(), max_grad_norm)
             for group in opt.param_groups:
@@ -187,6 +266,9 @@ def _check_fit(
         raise TypeError(
             f"fit_tuned_lens: model_or_lens must be a GPT or a TunedLens, got {type(model_or_lens).__name__}"
         )
+    model = model_or_lens.model if isinstance(model_or_lens, TunedLens) else model_or_lens
+    check_not_inference(model.named_parameters(), "model_or_lens", "fit_tuned_lens")
+    check_not_inference(model_or_lens.named_parameters(), "model_or_lens", "fit_tuned_lens")
     lens = model_or_lens if isinstance(model_or_lens, TunedLens) else TunedLens.from_model(model_or_lens)
     steps = check_int_in_range(steps, "steps", 1, None)
     batch_size = check_int_in_range(batch_size, "batch_size", 1, None)

@@ -17,11 +17,13 @@ Phases, in the paper's words and in this file's order:
 Training (the paper's KL objective, tuned-lens' optimiser) is `interp_gpt.lenses.train.fit_tuned_lens`.
 
 Raw or processed weights. fold_ln and center_unembed change no translator's input and no lens output
-(log-probs), but center_writing_weights centres the residual stream itself, so a lens trained on one
-stream reads the other differently. `config.json` records the weights a lens was trained on under
+(log-probs), but center_writing_weights centres the residual stream itself: it takes away the stream's
+mean, `m 1`. A translator blind to that direction (`A_l 1` along `1`, which ln_final takes away; every
+lens trained on a centred stream, whose gradients never reach it) reads both streams alike; one that
+reads it does not. `config.json` records the weights a lens was trained on under
 `interp_gpt_model_processing` (a key tuned-lens ignores); a lens without it (tuned-lens' own, trained
-on Hugging Face models) is taken as trained on raw weights. A lens and a model that disagree on
-centring are refused, naming both.
+on Hugging Face models) is taken as trained on raw weights. Where lens and model disagree on centring,
+the translators decide (`reads_the_mean`): a lens that reads the mean is refused, naming both.
 """
 
 from __future__ import annotations
@@ -40,11 +42,15 @@ from jaxtyping import Float
 from torch import Tensor, nn
 
 from ..cache import ActivationCache
+from ..checkpoints.sources import CheckpointError
 from ..checks import cached_activation, check_index, check_int, check_type
 from ..files import atomic_path
 from ..model.gpt import GPT, LayerNorm
 
-__all__ = ["TunedLens", "unembed_hash", "lens_processing", "PROCESSING_KEY"]
+__all__ = [
+    "TunedLens", "unembed_hash", "lens_processing", "reads_the_mean", "check_lens_folder", "read_torch_file",
+    "PROCESSING_KEY",
+]  # fmt: skip
 
 PROCESSING_KEY = "interp_gpt_model_processing"  # config.json: the weights the lens was trained on
 _RAW = {"fold_ln": False, "center_writing_weights": False, "center_unembed": False}
@@ -105,6 +111,59 @@ def lens_processing(model: GPT) -> dict[str, bool]:
         "center_writing_weights": centred,
         "center_unembed": _centred(model.unembed.W_U),
     }
+
+
+def read_torch_file(path: Path, what: str) -> Any:
+    """A lens file written by `torch.save` (params.pt, training_state.pt), read with `weights_only=True`; one
+    that cannot be read (empty, truncated, not a torch file, or holding objects other than tensors and plain
+    containers) raises a `CheckpointError` (a ValueError) naming the file, its size and `what` it should hold.
+
+    Example:
+        >>> _ = Path("empty.pt").write_bytes(b"")
+        >>> read_torch_file(Path("empty.pt"), "a state dict")
+        Traceback (most recent call last):
+        ...
+        interp_gpt.checkpoints.sources.CheckpointError: empty.pt: expected a state dict written by torch.save, ...
+    """
+    try:
+        with warnings.catch_warnings():  # torch's note on a foreign file's pickle protocol: the error says it all
+            warnings.filterwarnings("ignore", message="Detected pickle protocol")
+            return torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:  # EOFError (empty), OSError (truncated), UnpicklingError (foreign), KeyError ...
+        size = path.stat().st_size if path.is_file() else 0
+        detail = " ".join(f"{type(e).__name__}: {e}".split())[:300]
+        raise CheckpointError(
+            f"{path}: expected {what} written by torch.save, but torch.load(weights_only=True) cannot read its "
+            f"{size:,} bytes (empty, truncated or not a torch file?): {detail}"
+        ) from e
+
+
+def check_lens_folder(path: Any, arg: str, caller: str | None = None) -> Path:
+    """`path` as a folder a lens can be saved in: a folder, or a path not there yet, with no file at it or
+    above it (where `mkdir` would fail), checked before any work so that a run never fails at its save.
+
+    Example:
+        >>> check_lens_folder("lenses/new", "save_to")
+        PosixPath('lenses/new')
+        >>> _ = Path("notes.txt").write_text("x")
+        >>> check_lens_folder("notes.txt/lens", "save_to")
+        Traceback (most recent call last):
+        ...
+        ValueError: save_to='notes.txt/lens': 'notes.txt' is a file; expected a folder path (config.json, params.pt)
+    """
+    where = f"{caller}: " if caller else ""
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"{where}{arg} must be a folder path (str or Path), got {type(path).__name__}")
+    folder = Path(path)
+    for at in (folder, *folder.parents):
+        if at.exists():
+            if not at.is_dir():
+                blocked = " is a file" if at == folder else f": {str(at)!r} is a file"
+                raise ValueError(
+                    f"{where}{arg}={str(path)!r}{blocked}; expected a folder path (config.json, params.pt)"
+                )
+            break
+    return folder
 
 
 class TunedLens(nn.Module):
@@ -253,11 +312,7 @@ class TunedLens(nn.Module):
             >>> sorted(p.name for p in folder.iterdir())
             ['config.json', 'params.pt']
         """
-        folder = Path(path)
-        if folder.exists() and not folder.is_dir():
-            raise ValueError(
-                f"TunedLens.save: path={str(path)!r} is a file; expected a folder (config.json, params.pt)"
-            )
+        folder = check_lens_folder(path, "path", "TunedLens.save")
         state = {k: v.detach().cpu().clone() for k, v in self.layer_translators.state_dict().items()}
         with atomic_path(folder / "params.pt") as tmp:
             torch.save(state, tmp)
@@ -269,7 +324,8 @@ class TunedLens(nn.Module):
     def from_pretrained(cls, path: str | os.PathLike[str], model: GPT) -> TunedLens:
         """A lens from tuned-lens 0.2's folder (`config.json` + `params.pt`), over `model`. Refused, by
         name, where it was made for another d_model or number of layers, for a residual stream centred
-        otherwise (center_writing_weights), or where a tensor is missing, extra, mis-shaped or not finite.
+        otherwise (center_writing_weights) where its translators read the stream's mean (`reads_the_mean`), or
+        where a tensor is missing, extra, mis-shaped or not finite.
         Where the lens' `unembed_hash` differs from the model's (on the same weight processing) it warns,
         as tuned-lens does.
 
@@ -288,15 +344,55 @@ class TunedLens(nn.Module):
         try:
             config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
         except ValueError as e:
-            raise ValueError(f"{where}: config.json is not valid JSON ({e})") from None
+            raise CheckpointError(f"{where}: config.json is not valid JSON ({e})") from None
         if not isinstance(config, dict):
-            raise ValueError(f"{where}: config.json holds {type(config).__name__}, expected a JSON object")
+            raise CheckpointError(f"{where}: config.json holds {type(config).__name__}, expected a JSON object")
         _check_config(config, model, where)
         lens = cls(model, config)
-        state = torch.load(folder / "params.pt", map_location="cpu", weights_only=True)
+        state = read_torch_file(folder / "params.pt", "the translators' state dict (tuned-lens' params.pt)")
         _check_state(state, lens, where)
+        _check_centring(config, state, model, where)
         lens.layer_translators.load_state_dict(state)
         return lens
+
+
+def reads_the_mean(weight: Tensor) -> float:
+    """How much a translator `A` (`[d_model, d_model]`) reads the residual stream's mean direction `1`: the
+    largest entry of `A 1` less its mean (the part ln_final keeps), over the largest row sum of `|A|` (0 for a
+    translator blind to the mean, as every one trained on a centred stream is, to rounding; 0 for a zero one).
+
+    Example:
+        >>> reads_the_mean(torch.eye(4)), reads_the_mean(torch.zeros(4, 4))
+        (0.0, 0.0)
+        >>> reads_the_mean(torch.tensor([[1.0, 1.0], [0.0, 0.0]]))
+        0.5
+    """
+    w = weight.detach().double()
+    along = w.sum(-1)  # A 1
+    scale = float(w.abs().sum(-1).max())
+    return float((along - along.mean()).abs().max()) / scale if scale > 0 else 0.0
+
+
+def _check_centring(config: dict[str, Any], state: dict[str, Tensor], model: GPT, where: str) -> None:
+    """A lens trained on a stream centred otherwise than the model's loads only if its translators are blind to
+    the stream's mean (`reads_the_mean` at rounding level): then it reads both streams alike."""
+    lens_c = (config.get(PROCESSING_KEY) or _RAW)["center_writing_weights"]
+    model_c = lens_processing(model)["center_writing_weights"]
+    if lens_c == model_c:
+        return
+    weights = [(k, v) for k, v in state.items() if k.endswith("weight")]
+    # rounding: ~eps / sqrt(d_model) of the largest row sum where the values were stored in a low precision
+    tol = max(1e-4, 4 * max(torch.finfo(v.dtype).eps for _, v in weights) / model.cfg.d_model**0.5)
+    name, worst = max(((k, reads_the_mean(v)) for k, v in weights), key=lambda kv: kv[1])
+    if worst > tol:
+        how = "centred" if lens_c else "raw"
+        load = _LOAD_PROCESSED if lens_c else _LOAD_RAW
+        raise ValueError(
+            f"{where}: the lens was trained on a {how} residual stream ({PROCESSING_KEY}.center_writing_weights="
+            f"{lens_c}) but the model's is {'centred' if model_c else 'raw'} (center_writing_weights={model_c}), and "
+            f"its translators read the stream's mean (reads_the_mean of {name}: {worst:.3g} > {tol:.1g}), which "
+            f"centring takes away: they would read other numbers; load the model with {load}"
+        )
 
 
 def _check_config(config: dict[str, Any], model: GPT, where: str) -> None:
@@ -319,15 +415,6 @@ def _check_config(config: dict[str, Any], model: GPT, where: str) -> None:
     if not isinstance(recorded, dict) or not all(isinstance(recorded.get(k), bool) for k in _RAW):
         raise ValueError(f"{where}: config.json {PROCESSING_KEY}={recorded!r}, expected {_RAW}-like booleans")
     mine_p = lens_processing(model)
-    lens_c, model_c = recorded["center_writing_weights"], mine_p["center_writing_weights"]
-    if lens_c != model_c:
-        how = "centred" if lens_c else "raw"
-        load = _LOAD_PROCESSED if lens_c else _LOAD_RAW
-        raise ValueError(
-            f"{where}: the lens was trained on a {how} residual stream ({PROCESSING_KEY}.center_writing_weights="
-            f"{lens_c}) but the model's is {'centred' if model_c else 'raw'} (center_writing_weights={model_c}); "
-            f"its translators would read other numbers: load the model with {load}"
-        )
     lens_hash = config.get("unembed_hash")
     # the hash compares unembeddings processed alike (fold_ln and center_unembed change W_U, not the lens)
     if lens_hash and {k: recorded[k] for k in _RAW} == mine_p and lens_hash != unembed_hash(model):
@@ -341,7 +428,7 @@ def _check_config(config: dict[str, Any], model: GPT, where: str) -> None:
 def _check_state(state: Any, lens: TunedLens, where: str) -> None:
     """params.pt holds exactly the translators' tensors, each of its shape and finite."""
     if not isinstance(state, dict) or not all(isinstance(v, Tensor) for v in state.values()):
-        raise ValueError(f"{where}: params.pt holds {type(state).__name__}, expected a state dict of tensors")
+        raise CheckpointError(f"{where}: params.pt holds {type(state).__name__}, expected a state dict of tensors")
     want = {k: tuple(v.shape) for k, v in lens.layer_translators.state_dict().items()}
     missing, extra = sorted(set(want) - set(state)), sorted(set(state) - set(want))
     bad = [
