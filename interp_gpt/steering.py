@@ -27,6 +27,7 @@ from typing import Any, Literal, Union
 import torch
 from torch import Tensor
 
+from .causal.interchange import real_token_columns
 from .checks import check_float, check_index, check_int, check_int_in_range, check_str_list, check_type
 from .utils import hook_shape
 
@@ -311,15 +312,16 @@ def _mean_at(model: Any, prompts: list[str], hook: str, position: int, batch_siz
     for start in range(0, len(prompts), batch_size):
         chunk = prompts[start : start + batch_size]
         tokens, mask = model.to_tokens(chunk, padding_side="right", return_mask=True)
-        lengths = mask.sum(1)  # right padding: a prompt's real tokens are 0..length-1
-        index = lengths + position if position < 0 else torch.full_like(lengths, position)
-        bad = ((index < 0) | (index >= lengths)).nonzero()
-        if len(bad):
-            i = int(bad[0])
+        lengths = mask.sum(1)
+        outside = ((lengths + position < 0) if position < 0 else (lengths <= position)).nonzero()
+        if len(outside):
+            i = int(outside[0])
             raise ValueError(
                 f"contrastive_vector: position={position} is outside {arg}[{start + i}] "
                 f"({chunk[i]!r}, {int(lengths[i])} tokens)"
             )
+        # The one rule for padded batches (collect_activations' too): each row at its own real token.
+        index = real_token_columns(position, mask, "position", "contrastive_vector", arg).to(tokens.device)
         _, cache = model.run_with_cache(tokens, attention_mask=mask, names_filter=hook)
         acts = cache[hook][torch.arange(len(chunk), device=tokens.device), index]  # [chunk, *site]
         summed = acts.double().sum(0)
