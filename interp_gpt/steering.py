@@ -29,6 +29,7 @@ from torch import Tensor
 
 from .causal.interchange import real_token_columns
 from .checks import check_float, check_index, check_int, check_int_in_range, check_str_list, check_type
+from .factored import carry_head_vector
 from .utils import hook_shape
 
 __all__ = ["Steering", "steer", "contrastive_vector", "sae_direction", "map_direction"]
@@ -478,6 +479,8 @@ def map_direction(v: Tensor, from_model: Any, to_model: Any, hook: str, mode: Mo
     - attn.hook_v / hook_z: add -> `v`; project_out / ablate -> `v` where u is orthogonal to the
       difference of the models' value constants, else refused;
     - attn.hook_q / hook_k, mlp.hook_pre / hook_post, ln*.hook_scale (equal on both): `v`;
+    - attn.hook_q / k / v / z where the heads are factored differently (refactor_factored_attn_matrices):
+      add -> `v @ M` per head (`factored.head_space_map`); project_out / ablate refused;
     - anything else (hook_result, patterns ...): refused unless both models are processed alike.
 
     Example:
@@ -492,6 +495,10 @@ def map_direction(v: Tensor, from_model: Any, to_model: Any, hook: str, mode: Mo
     hook, v = _check_map(v, from_model, to_model, hook, mode)
     # Phase 2: the processing each model shows (processed alike, or a hook it leaves alone: v as it is)
     family = _family(hook)
+    if re.fullmatch(r"blocks\.\d+\.attn\.hook_[qkvz]", hook):  # the heads' own spaces: are they factored alike?
+        moved = carry_head_vector(v, from_model, to_model, hook, mode)
+        if moved is not None:
+            return moved
     fold = [m.cfg.normalization_type == "LNPre" for m in (from_model, to_model)]
     centred = [m.cfg.normalization_type is not None and _writers_centred(m) for m in (from_model, to_model)]
     unembed = [_centred(m.W_U) and _centred(m.b_U) for m in (from_model, to_model)]

@@ -53,3 +53,42 @@ def test_collect_activations_refuses_a_position_past_a_rows_real_tokens(tiny: GP
     tokens, mask = tiny.to_tokens(["The cat", "A dog ran"], return_mask=True)
     with pytest.raises(ValueError, match="attention_mask goes with token ids"):
         collect_activations(tiny, HOOK, ["The cat"], attention_mask=mask)
+
+
+# ---------------------------------------------------------------- row 3: map_direction on refactored heads
+@pytest.fixture(scope="module")
+def refactored() -> GPT:
+    return GPT.from_pretrained("tiny-gpt2", refactor_factored_attn_matrices=True).eval()
+
+
+@pytest.fixture(scope="module")
+def raw() -> GPT:
+    return GPT.from_pretrained_no_processing("tiny-gpt2").eval()
+
+
+@pytest.mark.parametrize("site", ["q", "k", "v", "z"])
+@pytest.mark.parametrize("direction", ["to_refactored", "from_refactored", "processed_to_refactored"])
+def test_map_direction_carries_head_vectors_between_factorings(
+    tiny: GPT, raw: GPT, refactored: GPT, site: str, direction: str
+) -> None:
+    from interp_gpt.steering import map_direction, steer
+
+    src, dst = {
+        "to_refactored": (raw, refactored),
+        "from_refactored": (refactored, raw),
+        "processed_to_refactored": (tiny, refactored),
+    }[direction]
+    hook = f"blocks.1.attn.hook_{site}"
+    tokens = tiny.to_tokens("ROMEO: What say you, my lord?")
+    v = 3 * torch.randn(tiny.cfg.n_heads, tiny.cfg.d_head, generator=torch.Generator().manual_seed(0))
+    w = map_direction(v, src, dst, hook)
+    with torch.no_grad(), steer(src, hook, v, positions=[2, 3]):
+        a = src(tokens).log_softmax(-1)
+    with torch.no_grad(), steer(dst, hook, w, positions=[2, 3]):
+        b = dst(tokens).log_softmax(-1)
+    with torch.no_grad():
+        plain = src(tokens).log_softmax(-1)
+    assert float((a - plain).abs().max()) > 0.1  # the steering does something
+    torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-4 * float(a.abs().max()))
+    with pytest.raises(ValueError, match=rf"map_direction: '{hook}', mode='project_out': .* factored differently"):
+        map_direction(v, src, dst, hook, mode="project_out")
