@@ -92,3 +92,33 @@ def test_map_direction_carries_head_vectors_between_factorings(
     torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-4 * float(a.abs().max()))
     with pytest.raises(ValueError, match=rf"map_direction: '{hook}', mode='project_out': .* factored differently"):
         map_direction(v, src, dst, hook, mode="project_out")
+
+
+# ---------------------------------------------------------------- row 8g: labels grouped by Python equality
+@pytest.mark.parametrize(
+    "labels",
+    [
+        [1, 1, "1", "1", 2, 2],
+        [(0, 1), (0, 1), (1, 0), (1, 0), (2,), (2,)],
+        [None, None, "a", "a", "b", "b"],
+        [frozenset({1}), frozenset({1}), frozenset({2}), frozenset({2}), frozenset(), frozenset()],
+    ],
+)
+def test_mean_difference_basis_groups_labels_by_python_equality(labels: list) -> None:
+    from interp_gpt.causal import mean_difference_basis
+
+    x = torch.randn(6, 8, generator=torch.Generator().manual_seed(0))
+    basis = mean_difference_basis(x, labels)
+    assert basis.shape == (8, 2)  # three classes: the rank-2 span of the centred means
+    means = torch.stack([x[0:2].mean(0), x[2:4].mean(0), x[4:6].mean(0)])
+    centred = (means - means.mean(0)).T  # [8, 3]
+    torch.testing.assert_close(basis @ (basis.T @ centred), centred, rtol=1e-4, atol=1e-5 * float(centred.abs().max()))
+
+
+def test_mean_difference_basis_refuses_unhashable_labels_by_name() -> None:
+    from interp_gpt.causal import mean_difference_basis
+
+    with pytest.raises(TypeError, match=r"labels\[0\]=\[0\] is not hashable"):
+        mean_difference_basis(torch.randn(4, 8), [[0], [0], [1], [1]])
+    with pytest.raises(ValueError, match=r"labels has 3 entries, expected 4"):
+        mean_difference_basis(torch.randn(4, 8), [0, 1, 1])
