@@ -36,6 +36,7 @@ __all__ = ["Steering", "steer", "contrastive_vector", "sae_direction", "map_dire
 
 Mode = Literal["add", "project_out", "ablate"]
 Positions = Union[int, Sequence[int], slice, None]
+Refuse = Callable[[str], Exception]
 _MODES = ("add", "project_out", "ablate")
 _DEFAULT_COEFF = {"add": 1.0, "project_out": 1.0, "ablate": 0.0}
 # Hooks with no [batch, pos, ...] layout to steer at one position: patterns, scores, token ids.
@@ -450,12 +451,10 @@ def _value_constant(model: Any, layer: int) -> Tensor:
     return const
 
 
-def _centre(v: Tensor) -> Tensor:
-    return v - v.mean(-1, keepdim=True)
-
-
-def _is_centred(v: Tensor) -> bool:
-    return bool((v.mean(-1).abs() <= 1e-6 * v.abs().amax().clamp_min(1e-30)).all())
+def _is_centred(v: Tensor, eps: float) -> bool:
+    """Mean-zero to the rounding of `v - v.mean()` in a dtype of epsilon `eps` (<= eps * mean|v|), or to 1e-6."""
+    tol = torch.maximum(1e-6 * v.abs().amax(-1), 2 * eps * v.abs().mean(-1)).clamp_min(1e-30)
+    return bool((v.mean(-1).abs() <= tol).all())
 
 
 @torch.no_grad()
@@ -516,13 +515,14 @@ def map_direction(v: Tensor, from_model: Any, to_model: Any, hook: str, mode: Mo
 
     # Phase 3: the vector, by the hook's family
     out = v.double().to(from_model.W_E.device)  # beside the weights it is compared with
+    eps = max(torch.finfo(t).eps for t in (v.dtype, from_model.W_E.dtype, to_model.W_E.dtype))  # v's rounding
     if family not in ("resid", "logits", "normalized", "unembed_in", "value"):
         raise refuse("only hooks whose activation the processing changes in a known way map (see map_direction's docs)")
     if family != "unembed_in":
         flags = {"resid": centred, "logits": unembed, "normalized": fold}.get(family, [])
-        out = _map_family(out, family, mode, flags, values, refuse)
+        out = _map_family(out, family, mode, flags, values, refuse, eps)
     elif fold[0] != fold[1]:  # unembed_in folded alike: the same activation on both, v as it is
-        out = _map_unembed_in(out, mode, fold, to_model if fold[0] else from_model, refuse)
+        out = _map_unembed_in(out, mode, fold, to_model if fold[0] else from_model, refuse, eps)
     return out.to(v.device, v.dtype)
 
 
@@ -544,23 +544,23 @@ def _check_map(v: Any, from_model: Any, to_model: Any, hook: Any, mode: Any) -> 
 
 
 def _map_family(
-    out: Tensor, family: str, mode: str, flags: list[bool], values: list[Tensor], refuse: Callable[[str], Exception]
+    out: Tensor, family: str, mode: str, flags: list[bool], values: list[Tensor], refuse: Refuse, eps: float
 ) -> Tensor:
     """`out` (float64) mapped at a resid / logits (`flags`: centred), normalized (`flags`: folded) or value hook."""
     if family in ("resid", "logits"):
         if mode != "add":
-            if flags[0] != flags[1] and not _is_centred(out):
+            if flags[0] != flags[1] and not _is_centred(out, eps):
                 raise refuse(
                     "the two models' activations here differ by their mean over the last axis (centring), so x . u "
                     "differs unless u is mean-zero; steer with v - v.mean() (on the centred model it is the same)"
                 )
         elif flags[1]:
-            out = _centre(out)
+            out = out - out.mean(-1, keepdim=True)
     elif family == "normalized":
         folded_to_raw = flags[0] and not flags[1]
         if mode == "add" and folded_to_raw:
-            out = _centre(out)
-        elif not _is_centred(out) and flags[0] != flags[1]:
+            out = out - out.mean(-1, keepdim=True)
+        elif not _is_centred(out, eps) and flags[0] != flags[1]:
             raise refuse(
                 "fold_ln centres the weights that read this activation, so on folded weights only v - v.mean() "
                 "acts; v has a mean, which the raw model reads and the folded one cannot"
@@ -576,7 +576,7 @@ def _map_family(
     return out
 
 
-def _map_unembed_in(out: Tensor, mode: str, fold: list[bool], raw: Any, refuse: Callable[[str], Exception]) -> Tensor:
+def _map_unembed_in(out: Tensor, mode: str, fold: list[bool], raw: Any, refuse: Refuse, eps: float) -> Tensor:
     """`out` (float64) mapped at unembed.hook_in between a folded and a raw model (`raw`)."""
     if mode != "add":
         raise refuse(
@@ -584,11 +584,11 @@ def _map_unembed_in(out: Tensor, mode: str, fold: list[bool], raw: Any, refuse: 
         )
     w = raw.ln_final.w.detach().double().to(out.device)
     if fold[0]:
-        return _centre(out) * w
+        return (out - out.mean(-1, keepdim=True)) * w
     if bool((w == 0).any()):
         raise refuse("ln_final.w has zeros, which no vector on the folded model can undo")
     out = out / w
-    if not _is_centred(out):
+    if not _is_centred(out, eps):
         raise refuse(
             "on folded weights W_U reads (C v) * w, so the raw v must make v / ln_final.w mean-zero, and "
             f"its mean is {float(out.mean()):.3g}"

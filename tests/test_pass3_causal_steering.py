@@ -122,3 +122,20 @@ def test_mean_difference_basis_refuses_unhashable_labels_by_name() -> None:
         mean_difference_basis(torch.randn(4, 8), [[0], [0], [1], [1]])
     with pytest.raises(ValueError, match=r"labels has 3 entries, expected 4"):
         mean_difference_basis(torch.randn(4, 8), [0, 1, 1])
+
+
+# ---------------------------------------------------------------- row 11: mean-zero to the dtype's rounding
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("hook", ["blocks.1.hook_resid_pre", "blocks.1.ln2.hook_normalized"])
+def test_map_direction_takes_a_vector_centred_in_a_low_precision_dtype(dtype: torch.dtype, hook: str) -> None:
+    from interp_gpt.steering import map_direction
+
+    processed = GPT.from_pretrained("tiny-gpt2", dtype=dtype)
+    raw = GPT.from_pretrained_no_processing("tiny-gpt2", dtype=dtype)
+    v = torch.randn(processed.cfg.d_model, generator=torch.Generator().manual_seed(0)).to(dtype)
+    with pytest.raises(ValueError, match="mean"):  # a vector with a mean is still refused
+        map_direction(v, raw, processed, hook, mode="project_out")
+    centred = v - v.mean()  # as the refusal advises; its mean is rounding, not zero
+    assert float(centred.float().mean()) != 0.0
+    w = map_direction(centred, raw, processed, hook, mode="project_out")
+    torch.testing.assert_close(w, centred)
