@@ -209,8 +209,8 @@ def steer(
     - `mode="project_out"`: x - coeff * (x . u) u; coeff defaults to 1, which leaves no component along u;
     - `mode="ablate"`: x + (coeff - x . u) u: the component along u is *set* to coeff, the same number at
       every position (default 0, zero-ablation, the same as project_out; for mean-ablation pass the mean
-      of x . u over reference text, e.g. `(cache[hook] @ u).mean()`; a mean taken over each pass would
-      differ between a full pass and the cache's one-token steps).
+      of x . u over reference text, e.g. `(cache[hook] @ u).mean()`: `coeff` is a number, a 0-d tensor or a
+      numpy scalar; a mean taken over each pass would differ between a full pass and the cache's steps).
 
     `positions` (default: every position): an int, a list of ints or a slice of non-negative bounds,
     counting the columns of the whole sequence from 0 (a prepended BOS is 0; with the key/value cache
@@ -252,11 +252,9 @@ def steer(
         v = _check_vector(model, name, spec.vector, caller, f"{where}vector")
         if spec.mode != "add" and float(v.norm()) == 0.0:
             raise ValueError(f"{caller}: {where}vector is zero: mode={spec.mode!r} needs a direction")
-        c = (
-            _DEFAULT_COEFF[spec.mode]
-            if spec.coeff is None
-            else check_float(spec.coeff, f"{where}coeff", -float("inf"), caller=caller)
-        )
+        c: Any = spec.coeff
+        c = c.item() if getattr(c, "ndim", None) == 0 else c  # a 0-d tensor or a numpy scalar: its number
+        c = _DEFAULT_COEFF[spec.mode] if c is None else check_float(c, f"{where}coeff", -float("inf"), caller=caller)
         pos = _check_positions(spec.positions, model.cfg.n_ctx, caller)
         if pos is not None and offsets is None:
             offsets = _Offsets()

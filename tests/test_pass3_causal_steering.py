@@ -139,3 +139,45 @@ def test_map_direction_takes_a_vector_centred_in_a_low_precision_dtype(dtype: to
     assert float(centred.float().mean()) != 0.0
     w = map_direction(centred, raw, processed, hook, mode="project_out")
     torch.testing.assert_close(w, centred)
+
+
+# ---------------------------------------------------------------- row 12: coeff as a 0-d tensor or numpy scalar
+def test_steer_takes_a_0d_tensor_and_a_numpy_scalar_as_coeff(tiny: GPT) -> None:
+    import numpy as np
+
+    from interp_gpt.steering import Steering, steer
+
+    hook = "blocks.1.hook_resid_pre"
+    tokens = tiny.to_tokens("The cat sat on the mat")
+    _, cache = tiny.run_with_cache(tokens, names_filter=hook)
+    u = torch.randn(tiny.cfg.d_model, generator=torch.Generator().manual_seed(0))
+    u = u / u.norm()
+    coeff = (cache[hook] @ u).mean()  # the docstring's recipe: a 0-d tensor
+    with torch.no_grad(), steer(tiny, hook, u, coeff=float(coeff), mode="ablate"):
+        expected = tiny(tokens)
+    scale = float(expected.abs().max())
+    for c in (coeff, np.float32(coeff.item()), np.float64(coeff.item())):
+        for spec in ((hook, u, c, "ablate"), ([Steering(hook, u, coeff=c, mode="ablate")],)):
+            with torch.no_grad(), steer(tiny, *spec):
+                torch.testing.assert_close(tiny(tokens), expected, rtol=1e-4, atol=1e-4 * scale)
+    with pytest.raises(TypeError, match="coeff must be a number"):
+        with steer(tiny, hook, u, coeff=torch.tensor([1.0, 2.0])):
+            pass
+    with pytest.raises(TypeError, match="coeff must be a number"):
+        with steer(tiny, hook, u, coeff=torch.tensor(True)):
+            pass
+
+
+def test_interchange_takes_a_0d_tensor_strength(tiny: GPT) -> None:
+    import numpy as np
+
+    from interp_gpt.causal import interchange, random_basis
+
+    base, source = tiny.to_tokens(["The cat sat on the"]), tiny.to_tokens(["The dog ran to the"])
+    B = random_basis(tiny.cfg.d_model, 4, seed=1)
+    expected = interchange(tiny, HOOK, base, source, B, strength=0.5)
+    scale = float(expected.abs().max())
+    for s in (torch.tensor(0.5), np.float32(0.5)):
+        torch.testing.assert_close(
+            interchange(tiny, HOOK, base, source, B, strength=s), expected, rtol=1e-4, atol=1e-4 * scale
+        )

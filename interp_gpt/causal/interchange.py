@@ -122,7 +122,9 @@ def check_position_pair(
 
 
 def check_strength(strength: Any, caller: str) -> float:
-    """`strength` as a finite float (any sign: 1 interchanges, 0 leaves the base)."""
+    """`strength` as a finite float (any sign: 1 interchanges, 0 leaves the base); a 0-d tensor or a numpy
+    scalar is its number, as `steer`'s coeff."""
+    strength = strength.item() if getattr(strength, "ndim", None) == 0 else strength
     if isinstance(strength, bool) or not isinstance(strength, (int, float)):
         raise TypeError(f"{caller}: strength must be a number, got {type(strength).__name__} ({strength!r})")
     if not math.isfinite(strength):
