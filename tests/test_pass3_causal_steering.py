@@ -181,3 +181,21 @@ def test_interchange_takes_a_0d_tensor_strength(tiny: GPT) -> None:
         torch.testing.assert_close(
             interchange(tiny, HOOK, base, source, B, strength=s), expected, rtol=1e-4, atol=1e-4 * scale
         )
+
+
+# ---------------------------------------------------------------- row 13: a bool positive_label
+def test_sparse_probing_takes_a_bool_positive_label() -> None:
+    from interp_gpt.causal import sparse_probing
+
+    g = torch.Generator().manual_seed(0)
+    labels = torch.arange(40) % 2 == 0
+    features = torch.randn(40, 8, generator=g)
+    features[:, 3] += 2.0 * labels
+    for flag, number in ((True, 1), (False, 0)):
+        a = sparse_probing(features, labels, k=2, positive_label=flag)
+        b = sparse_probing(features, labels, k=2, positive_label=number)
+        assert a.positive_label == number and a.accuracy == b.accuracy
+        assert torch.equal(a.selected_features, b.selected_features)
+        torch.testing.assert_close(a.coefficients, b.coefficients)
+    with pytest.raises(ValueError, match=r"positive_label=2 is not one of the labels' classes \[0, 1\]"):
+        sparse_probing(features, labels, k=2, positive_label=2)
