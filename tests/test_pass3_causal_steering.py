@@ -199,3 +199,22 @@ def test_sparse_probing_takes_a_bool_positive_label() -> None:
         torch.testing.assert_close(a.coefficients, b.coefficients)
     with pytest.raises(ValueError, match=r"positive_label=2 is not one of the labels' classes \[0, 1\]"):
         sparse_probing(features, labels, k=2, positive_label=2)
+
+
+# ---------------------------------------------------------------- row 16: a tiny sampling temperature
+@pytest.mark.parametrize("temperature", [1e-39, 1e-300, 5e-324])
+def test_generate_samples_stably_at_a_tiny_temperature(tiny: GPT, temperature: float) -> None:
+    greedy = tiny.generate("The cat", max_new_tokens=6, do_sample=False, verbose=False)
+    for extra in ({}, {"top_k": 5}, {"top_p": 0.5}):
+        sampled = tiny.generate("The cat", max_new_tokens=6, temperature=temperature, seed=0, verbose=False, **extra)
+        assert sampled == greedy  # the limit T -> 0 of sampling is greedy decoding (no ties here)
+
+
+def test_the_generate_command_takes_a_tiny_temperature(tiny: GPT, capsys: pytest.CaptureFixture[str]) -> None:
+    from interp_gpt.cli import main
+
+    rc = main(["generate", "The cat", "--temperature", "1e-39", "--max-new-tokens", "6", "--seed", "0"])
+    out, err = capsys.readouterr()
+    greedy = tiny.generate("The cat", max_new_tokens=6, do_sample=False, verbose=False)
+    assert rc == 0, err
+    assert out == greedy + "\n"
