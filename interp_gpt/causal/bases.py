@@ -17,7 +17,7 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
-from ..checks import check_int, check_int_in_range, check_type
+from ..checks import check_int_in_range, check_seed, check_type
 
 __all__ = ["check_basis", "mean_difference_basis", "orthonormal_basis", "random_basis"]
 
@@ -94,7 +94,7 @@ def random_basis(d_model: int, rank: int, seed: int = 0) -> Float[Tensor, "d_mod
     """
     d_model = check_int_in_range(d_model, "d_model", 1, None)
     rank = check_int_in_range(rank, "rank", 1, d_model, f"ranks for d_model={d_model}")
-    generator = torch.Generator().manual_seed(check_int(seed, "seed"))
+    generator = torch.Generator().manual_seed(check_seed(seed, "seed", "random_basis"))
     return orthonormal_basis(torch.randn(d_model, rank, generator=generator), rank=rank)
 
 

@@ -26,7 +26,7 @@ from torch import Tensor, nn
 from torch.nn.utils.parametrizations import orthogonal
 from tqdm.auto import tqdm  # type: ignore[import-untyped]
 
-from ..checks import check_float, check_int, check_int_in_range, check_type
+from ..checks import check_float, check_int_in_range, check_seed, check_type
 from .interchange import (
     Positions,
     TaskLogits,
@@ -129,7 +129,7 @@ def fit_das(
     batch_size = check_int_in_range(batch_size, "batch_size", 1, None, caller=caller)
     lr = check_float(lr, "lr", 0.0, caller=caller)
     strength = check_strength(strength, caller)
-    seed = check_int(seed, "seed", caller)
+    seed = check_seed(seed, "seed", caller)  # before any work: torch and numpy's default_rng both take it
     pos, src_pos = check_position_pair(base, source, base_positions, source_positions, "base_positions", caller)
 
     # 1. the source activations

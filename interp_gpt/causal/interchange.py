@@ -25,7 +25,7 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
-from ..checks import callable_name, check_int_in_range, check_mask, check_tokens, check_type
+from ..checks import callable_name, check_int_in_range, check_mask, check_seed, check_tokens, check_type
 from .bases import check_basis, random_basis
 
 if TYPE_CHECKING:
@@ -370,6 +370,7 @@ def norm_matched_placebo(
     """
     caller = "norm_matched_placebo"
     s = check_strength(strength, caller)
+    seed = check_seed(seed, "seed", caller)  # before the source runs
 
     def make(B: Tensor) -> Intervention:
         d, rank = B.shape

@@ -24,7 +24,7 @@ import torch.nn.functional as F
 from jaxtyping import Float, Int
 from torch import Tensor
 
-from ..checks import check_float, check_int, check_int_in_range, check_type
+from ..checks import check_float, check_int, check_int_in_range, check_seed, check_type
 
 __all__ = ["SparseProbe", "sparse_probing"]
 
@@ -226,7 +226,7 @@ def sparse_probing(
     n, n_features = features.shape
     positive = _labels(labels, n, positive_label)
     k = check_int_in_range(k, "k", 1, n_features, f"k values for {n_features} features", caller=caller)
-    seed = check_int_in_range(seed, "seed", 0, 2**63 - 1, caller=caller)
+    seed = check_seed(seed, "seed", caller)
     test_fraction = check_float(test_fraction, "test_fraction", 0.0, 1.0, caller=caller)
     if test_fraction >= 1.0:
         raise ValueError(f"{caller}: test_fraction={test_fraction!r} is out of range: expected a number in (0, 1)")
