@@ -218,3 +218,41 @@ def test_the_generate_command_takes_a_tiny_temperature(tiny: GPT, capsys: pytest
     greedy = tiny.generate("The cat", max_new_tokens=6, do_sample=False, verbose=False)
     assert rc == 0, err
     assert out == greedy + "\n"
+
+
+# ---------------------------------------------------------------- rows 10 and 17: fit_das and the causal seeds
+def _das_problem(model: GPT) -> tuple:
+    ids = [model.to_single_token(w) for w in (" he", " she")]
+    base, source = model.to_tokens(["Then he", "Then she"]), model.to_tokens(["Then she", "Then he"])
+    return base, source, torch.tensor([1, 0]), (lambda t: model(t)[:, -1, ids])
+
+
+def test_fit_das_trains_under_inference_mode_as_outside_it(tiny: GPT) -> None:
+    from interp_gpt.causal import fit_das
+
+    base, source, targets, task = _das_problem(tiny)
+    expected = fit_das(tiny, HOOK, base, source, targets, task, rank=1, epochs=3, progress=False)
+    with torch.inference_mode():
+        base, source, targets, _ = _das_problem(tiny)  # inference tensors, made inside
+        got = fit_das(tiny, HOOK, base, source, targets, task, rank=1, epochs=3, progress=False)
+    assert not got.basis.is_inference()
+    torch.testing.assert_close(got.basis, expected.basis)
+    assert got.losses == pytest.approx(expected.losses, rel=1e-5)
+    assert all(p.requires_grad for p in tiny.parameters())  # restored
+
+
+@pytest.mark.parametrize("seed", [-1, 1.5, "0", 2**64, True])
+def test_the_causal_tools_refuse_a_bad_seed_by_name_before_any_work(tiny: GPT, seed: object) -> None:
+    from interp_gpt.causal import fit_das, norm_matched_placebo, random_basis, sparse_probing
+
+    base, source, targets, task = _das_problem(tiny)
+    error = (TypeError, ValueError)
+    with pytest.raises(error, match=r"fit_das: seed"):
+        fit_das(tiny, HOOK, base, source, targets, task, rank=1, epochs=1, progress=False, seed=seed)
+    B = random_basis(tiny.cfg.d_model, 2)
+    with pytest.raises(error, match=r"norm_matched_placebo: seed"):
+        norm_matched_placebo(tiny, HOOK, base, source, B, seed=seed)
+    with pytest.raises(error, match=r"random_basis: seed"):
+        random_basis(tiny.cfg.d_model, 2, seed=seed)
+    with pytest.raises(error, match=r"sparse_probing: seed"):
+        sparse_probing(torch.randn(8, 4), torch.arange(8) % 2, k=1, seed=seed)

@@ -132,6 +132,35 @@ def fit_das(
     seed = check_seed(seed, "seed", caller)  # before any work: torch and numpy's default_rng both take it
     pos, src_pos = check_position_pair(base, source, base_positions, source_positions, "base_positions", caller)
 
+    # Under a caller's torch.inference_mode() too: the fit leaves it (as it leaves no_grad), and takes copies
+    # of inference tensors, which autograd may not save for backward.
+    with torch.inference_mode(False):
+        base, source, targets, pos, src_pos = (
+            t.clone() if t.is_inference() else t for t in (base, source, targets, pos, src_pos)
+        )
+        return _fit(model, hook, base, source, targets, task_logits, rank, (pos, src_pos), epochs, batch_size, lr,
+                    strength, seed, progress)  # fmt: skip
+
+
+def _fit(
+    model: GPT,
+    hook: str,
+    base: Tensor,
+    source: Tensor,
+    targets: Tensor,
+    task_logits: TaskLogits,
+    rank: int,
+    positions: tuple[Tensor, Tensor],
+    epochs: int,
+    batch_size: int,
+    lr: float,
+    strength: float,
+    seed: int,
+    progress: bool,
+) -> DASResult:
+    """Phases 1-3 on checked arguments, outside inference mode."""
+    caller = "fit_das"
+    pos, src_pos = positions
     # 1. the source activations
     src = collect_activations(model, hook, source, src_pos, batch_size=batch_size)
     d = src.shape[-1]
