@@ -38,7 +38,7 @@ import torch
 from jaxtyping import Complex, Float
 from torch import Tensor
 
-__all__ = ["FactoredMatrix"]
+__all__ = ["FactoredMatrix", "carry_head_vector", "head_space_map"]
 
 _LOW_PRECISION = (torch.float16, torch.bfloat16)
 
@@ -343,3 +343,74 @@ class FactoredMatrix:
         """The first `k` entries along every axis of `AB`, computed from the first k rows and columns only."""
         corner = self._A[..., :k, :] @ self._B[..., :, :k]
         return corner[tuple(slice(k) for _ in range(corner.ndim))]
+
+
+@torch.no_grad()
+def head_space_map(from_model: Any, to_model: Any, layer: int, which: str) -> Tensor | None:
+    """Per head, the `[d_head, d_head]` matrix `M` that carries `from_model`'s `hook_q` / `hook_k` / `hook_v`
+    activations (`which`: "Q", "K" or "V") of `layer` to `to_model`'s, `x_to = x_from @ M`, where the two
+    hold one checkpoint factored differently (`refactor_factored_attn_matrices` re-splits W_Q/W_K and
+    W_V/W_O: QK and OV stay, the factors change); `[n_heads, d_head, d_head]` float64, or None if no
+    such map is exact. Read from the weights: each model's map from ln1's normalized input (mean-zero, so
+    only its mean-zero part counts) with ln1's weight and bias folded in where they are not, and, for
+    Q and K, the bias as one more input row (b_V's constant is not part of the map: fold_value_biases
+    moves it). The identity where the factors agree (as the standard processing leaves them).
+
+    Example:
+        >>> raw = GPT.from_pretrained_no_processing("tiny-gpt2")
+        >>> M = head_space_map(raw, model, 0, "Q")             # processed alike but for fold_ln: I
+        >>> torch.allclose(M, torch.eye(model.cfg.d_head, dtype=M.dtype).expand_as(M), atol=1e-4)
+        True
+    """
+    maps = [_head_map_in(m, layer, which) for m in (from_model, to_model)]
+    A, B = maps[0], maps[1].to(maps[0].device)
+    M = torch.linalg.lstsq(A, B).solution  # [n_heads, d_head, d_head]
+    dtypes = [m.W_E.dtype for m in (from_model, to_model)]
+    tol = max(1e-5, *(16 * torch.finfo(d).eps for d in dtypes))  # the weights' rounding
+    return M if float((A @ M - B).norm()) <= tol * float(B.norm()) else None
+
+
+def _head_map_in(model: Any, layer: int, which: str) -> Tensor:
+    """`[n_heads, d_model (+ 1), d_head]`: hook_{which} of `layer` as a linear map of ln1's normalized input
+    (and a 1 for the bias, for Q and K), float64."""
+    block = model.blocks[layer]
+    W = getattr(block.attn, f"W_{which}").detach().double()
+    b = getattr(block.attn, f"b_{which}").detach().double()
+    norm = model.cfg.normalization_type
+    if norm == "LN":  # not folded: x_hat * w + b goes in
+        w, ln_b = block.ln1.w.detach().double().to(W.device), block.ln1.b.detach().double().to(W.device)
+        b = b + torch.einsum("m,hmd->hd", ln_b, W)
+        W = w[:, None] * W
+    if norm in ("LN", "LNPre"):  # the normalized input is mean-zero: a constant over d_model does nothing
+        W = W - W.mean(1, keepdim=True)
+    return W if which == "V" else torch.cat([W, b[:, None, :]], dim=1)
+
+
+def carry_head_vector(v: Tensor, from_model: Any, to_model: Any, hook: str, mode: str = "add") -> Tensor | None:
+    """`v` `[n_heads, d_head]`, steering `from_model` at `blocks.L.attn.hook_q / k / v / z` in `mode`, as the
+    vector that steers `to_model` the same way (`steering.map_direction` at these hooks): `v @ M` per head
+    (`head_space_map`; hook_z is carried by W_V's map) where the heads are factored differently, for
+    mode "add" (a projection is not carried by a map that is not a rotation: refused); None where the
+    factors agree (M is the identity: the activations are the same). Refused where no exact map exists.
+
+    Example:
+        >>> refactored = GPT.from_pretrained("tiny-gpt2", refactor_factored_attn_matrices=True)
+        >>> v = torch.randn(model.cfg.n_heads, model.cfg.d_head)
+        >>> carry_head_vector(v, model, refactored, "blocks.0.attn.hook_v").shape
+        torch.Size([4, 32])
+    """
+    layer, which = int(hook.split(".")[1]), hook[-1].upper().replace("Z", "V")
+    M = head_space_map(from_model, to_model, layer, which)
+    where = f"map_direction: {hook!r}, mode={mode!r}: the two models' W_{which} of layer {layer}"
+    if M is None:
+        raise ValueError(f"{where} are no per-head linear map of each other (not one checkpoint?): nothing maps")
+    eye = torch.eye(M.shape[-1], dtype=M.dtype, device=M.device)
+    if float((M - eye).abs().max()) <= max(1e-4, 32 * torch.finfo(v.dtype).eps):
+        return None
+    if mode != "add":
+        raise ValueError(
+            f"{where} are factored differently (refactor_factored_attn_matrices re-splits QK and OV): the "
+            "activations differ by a per-head linear map that is not a rotation, so a projection does not carry "
+            "over; steer at attn.hook_result / hook_attn_out, or between models factored alike"
+        )
+    return torch.einsum("hd,hde->he", v.double().to(M.device), M).to(v.device, v.dtype)

@@ -27,13 +27,16 @@ from typing import Any, Literal, Union
 import torch
 from torch import Tensor
 
+from .causal.interchange import real_token_columns
 from .checks import check_float, check_index, check_int, check_int_in_range, check_str_list, check_type
+from .factored import carry_head_vector
 from .utils import hook_shape
 
 __all__ = ["Steering", "steer", "contrastive_vector", "sae_direction", "map_direction"]
 
 Mode = Literal["add", "project_out", "ablate"]
 Positions = Union[int, Sequence[int], slice, None]
+Refuse = Callable[[str], Exception]
 _MODES = ("add", "project_out", "ablate")
 _DEFAULT_COEFF = {"add": 1.0, "project_out": 1.0, "ablate": 0.0}
 # Hooks with no [batch, pos, ...] layout to steer at one position: patterns, scores, token ids.
@@ -206,8 +209,8 @@ def steer(
     - `mode="project_out"`: x - coeff * (x . u) u; coeff defaults to 1, which leaves no component along u;
     - `mode="ablate"`: x + (coeff - x . u) u: the component along u is *set* to coeff, the same number at
       every position (default 0, zero-ablation, the same as project_out; for mean-ablation pass the mean
-      of x . u over reference text, e.g. `(cache[hook] @ u).mean()`; a mean taken over each pass would
-      differ between a full pass and the cache's one-token steps).
+      of x . u over reference text, e.g. `(cache[hook] @ u).mean()`: `coeff` is a number, a 0-d tensor or a
+      numpy scalar; a mean taken over each pass would differ between a full pass and the cache's steps).
 
     `positions` (default: every position): an int, a list of ints or a slice of non-negative bounds,
     counting the columns of the whole sequence from 0 (a prepended BOS is 0; with the key/value cache
@@ -249,11 +252,9 @@ def steer(
         v = _check_vector(model, name, spec.vector, caller, f"{where}vector")
         if spec.mode != "add" and float(v.norm()) == 0.0:
             raise ValueError(f"{caller}: {where}vector is zero: mode={spec.mode!r} needs a direction")
-        c = (
-            _DEFAULT_COEFF[spec.mode]
-            if spec.coeff is None
-            else check_float(spec.coeff, f"{where}coeff", -float("inf"), caller=caller)
-        )
+        c: Any = spec.coeff
+        c = c.item() if getattr(c, "ndim", None) == 0 else c  # a 0-d tensor or a numpy scalar: its number
+        c = _DEFAULT_COEFF[spec.mode] if c is None else check_float(c, f"{where}coeff", -float("inf"), caller=caller)
         pos = _check_positions(spec.positions, model.cfg.n_ctx, caller)
         if pos is not None and offsets is None:
             offsets = _Offsets()
@@ -311,15 +312,16 @@ def _mean_at(model: Any, prompts: list[str], hook: str, position: int, batch_siz
     for start in range(0, len(prompts), batch_size):
         chunk = prompts[start : start + batch_size]
         tokens, mask = model.to_tokens(chunk, padding_side="right", return_mask=True)
-        lengths = mask.sum(1)  # right padding: a prompt's real tokens are 0..length-1
-        index = lengths + position if position < 0 else torch.full_like(lengths, position)
-        bad = ((index < 0) | (index >= lengths)).nonzero()
-        if len(bad):
-            i = int(bad[0])
+        lengths = mask.sum(1)
+        outside = ((lengths + position < 0) if position < 0 else (lengths <= position)).nonzero()
+        if len(outside):
+            i = int(outside[0])
             raise ValueError(
                 f"contrastive_vector: position={position} is outside {arg}[{start + i}] "
                 f"({chunk[i]!r}, {int(lengths[i])} tokens)"
             )
+        # The one rule for padded batches (collect_activations' too): each row at its own real token.
+        index = real_token_columns(position, mask, "position", "contrastive_vector", arg).to(tokens.device)
         _, cache = model.run_with_cache(tokens, attention_mask=mask, names_filter=hook)
         acts = cache[hook][torch.arange(len(chunk), device=tokens.device), index]  # [chunk, *site]
         summed = acts.double().sum(0)
@@ -447,12 +449,10 @@ def _value_constant(model: Any, layer: int) -> Tensor:
     return const
 
 
-def _centre(v: Tensor) -> Tensor:
-    return v - v.mean(-1, keepdim=True)
-
-
-def _is_centred(v: Tensor) -> bool:
-    return bool((v.mean(-1).abs() <= 1e-6 * v.abs().amax().clamp_min(1e-30)).all())
+def _is_centred(v: Tensor, eps: float) -> bool:
+    """Mean-zero to the rounding of `v - v.mean()` in a dtype of epsilon `eps` (<= eps * mean|v|), or to 1e-6."""
+    tol = torch.maximum(1e-6 * v.abs().amax(-1), 2 * eps * v.abs().mean(-1)).clamp_min(1e-30)
+    return bool((v.mean(-1).abs() <= tol).all())
 
 
 @torch.no_grad()
@@ -476,6 +476,8 @@ def map_direction(v: Tensor, from_model: Any, to_model: Any, hook: str, mode: Mo
     - attn.hook_v / hook_z: add -> `v`; project_out / ablate -> `v` where u is orthogonal to the
       difference of the models' value constants, else refused;
     - attn.hook_q / hook_k, mlp.hook_pre / hook_post, ln*.hook_scale (equal on both): `v`;
+    - attn.hook_q / k / v / z where the heads are factored differently (refactor_factored_attn_matrices):
+      add -> `v @ M` per head (`factored.head_space_map`); project_out / ablate refused;
     - anything else (hook_result, patterns ...): refused unless both models are processed alike.
 
     Example:
@@ -490,6 +492,10 @@ def map_direction(v: Tensor, from_model: Any, to_model: Any, hook: str, mode: Mo
     hook, v = _check_map(v, from_model, to_model, hook, mode)
     # Phase 2: the processing each model shows (processed alike, or a hook it leaves alone: v as it is)
     family = _family(hook)
+    if re.fullmatch(r"blocks\.\d+\.attn\.hook_[qkvz]", hook):  # the heads' own spaces: are they factored alike?
+        moved = carry_head_vector(v, from_model, to_model, hook, mode)
+        if moved is not None:
+            return moved
     fold = [m.cfg.normalization_type == "LNPre" for m in (from_model, to_model)]
     centred = [m.cfg.normalization_type is not None and _writers_centred(m) for m in (from_model, to_model)]
     unembed = [_centred(m.W_U) and _centred(m.b_U) for m in (from_model, to_model)]
@@ -507,13 +513,14 @@ def map_direction(v: Tensor, from_model: Any, to_model: Any, hook: str, mode: Mo
 
     # Phase 3: the vector, by the hook's family
     out = v.double().to(from_model.W_E.device)  # beside the weights it is compared with
+    eps = max(torch.finfo(t).eps for t in (v.dtype, from_model.W_E.dtype, to_model.W_E.dtype))  # v's rounding
     if family not in ("resid", "logits", "normalized", "unembed_in", "value"):
         raise refuse("only hooks whose activation the processing changes in a known way map (see map_direction's docs)")
     if family != "unembed_in":
         flags = {"resid": centred, "logits": unembed, "normalized": fold}.get(family, [])
-        out = _map_family(out, family, mode, flags, values, refuse)
+        out = _map_family(out, family, mode, flags, values, refuse, eps)
     elif fold[0] != fold[1]:  # unembed_in folded alike: the same activation on both, v as it is
-        out = _map_unembed_in(out, mode, fold, to_model if fold[0] else from_model, refuse)
+        out = _map_unembed_in(out, mode, fold, to_model if fold[0] else from_model, refuse, eps)
     return out.to(v.device, v.dtype)
 
 
@@ -535,23 +542,23 @@ def _check_map(v: Any, from_model: Any, to_model: Any, hook: Any, mode: Any) -> 
 
 
 def _map_family(
-    out: Tensor, family: str, mode: str, flags: list[bool], values: list[Tensor], refuse: Callable[[str], Exception]
+    out: Tensor, family: str, mode: str, flags: list[bool], values: list[Tensor], refuse: Refuse, eps: float
 ) -> Tensor:
     """`out` (float64) mapped at a resid / logits (`flags`: centred), normalized (`flags`: folded) or value hook."""
     if family in ("resid", "logits"):
         if mode != "add":
-            if flags[0] != flags[1] and not _is_centred(out):
+            if flags[0] != flags[1] and not _is_centred(out, eps):
                 raise refuse(
                     "the two models' activations here differ by their mean over the last axis (centring), so x . u "
                     "differs unless u is mean-zero; steer with v - v.mean() (on the centred model it is the same)"
                 )
         elif flags[1]:
-            out = _centre(out)
+            out = out - out.mean(-1, keepdim=True)
     elif family == "normalized":
         folded_to_raw = flags[0] and not flags[1]
         if mode == "add" and folded_to_raw:
-            out = _centre(out)
-        elif not _is_centred(out) and flags[0] != flags[1]:
+            out = out - out.mean(-1, keepdim=True)
+        elif not _is_centred(out, eps) and flags[0] != flags[1]:
             raise refuse(
                 "fold_ln centres the weights that read this activation, so on folded weights only v - v.mean() "
                 "acts; v has a mean, which the raw model reads and the folded one cannot"
@@ -567,7 +574,7 @@ def _map_family(
     return out
 
 
-def _map_unembed_in(out: Tensor, mode: str, fold: list[bool], raw: Any, refuse: Callable[[str], Exception]) -> Tensor:
+def _map_unembed_in(out: Tensor, mode: str, fold: list[bool], raw: Any, refuse: Refuse, eps: float) -> Tensor:
     """`out` (float64) mapped at unembed.hook_in between a folded and a raw model (`raw`)."""
     if mode != "add":
         raise refuse(
@@ -575,11 +582,11 @@ def _map_unembed_in(out: Tensor, mode: str, fold: list[bool], raw: Any, refuse: 
         )
     w = raw.ln_final.w.detach().double().to(out.device)
     if fold[0]:
-        return _centre(out) * w
+        return (out - out.mean(-1, keepdim=True)) * w
     if bool((w == 0).any()):
         raise refuse("ln_final.w has zeros, which no vector on the folded model can undo")
     out = out / w
-    if not _is_centred(out):
+    if not _is_centred(out, eps):
         raise refuse(
             "on folded weights W_U reads (C v) * w, so the raw v must make v / ln_final.w mean-zero, and "
             f"its mean is {float(out.mean()):.3g}"

@@ -17,7 +17,7 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
-from ..checks import check_int, check_int_in_range, check_type
+from ..checks import check_int_in_range, check_seed, check_type
 
 __all__ = ["check_basis", "mean_difference_basis", "orthonormal_basis", "random_basis"]
 
@@ -94,7 +94,7 @@ def random_basis(d_model: int, rank: int, seed: int = 0) -> Float[Tensor, "d_mod
     """
     d_model = check_int_in_range(d_model, "d_model", 1, None)
     rank = check_int_in_range(rank, "rank", 1, d_model, f"ranks for d_model={d_model}")
-    generator = torch.Generator().manual_seed(check_int(seed, "seed"))
+    generator = torch.Generator().manual_seed(check_seed(seed, "seed", "random_basis"))
     return orthonormal_basis(torch.randn(d_model, rank, generator=generator), rank=rank)
 
 
@@ -103,7 +103,8 @@ def mean_difference_basis(
 ) -> Float[Tensor, "d_model n_classes_minus_1"]:
     """The span of the centred class means of `acts`: for two classes, the difference-in-means direction.
 
-    `labels` holds each row's class (any hashable values; at least two classes). Returns an orthonormal
+    `labels` holds each row's class (any hashable values, told apart by Python equality: 1 and "1" are two
+    classes; a list, a numpy array or a 1-D tensor; at least two classes). Returns an orthonormal
     basis of rank n_classes - 1 (transformer-lens 4.3's `mean_difference_basis`).
 
     Example:
@@ -115,12 +116,37 @@ def mean_difference_basis(
     acts = check_type(acts, Tensor, "acts", "a tensor [batch, d_model]")
     if acts.ndim != 2 or 0 in acts.shape:
         raise ValueError(f"acts has shape {tuple(acts.shape)}, expected a non-empty [batch, d_model]")
-    values = np.asarray(labels.detach().cpu() if isinstance(labels, Tensor) else labels)
-    if values.ndim != 1 or len(values) != acts.shape[0]:
-        raise ValueError(f"labels has shape {values.shape}, expected [{acts.shape[0]}] (one label per row of acts)")
-    classes = np.unique(values)
-    if len(classes) < 2:
-        raise ValueError(f"labels must hold at least two classes, got only {classes.tolist()}")
+    groups = _label_groups(labels, acts.shape[0])
+    if len(groups) < 2:
+        raise ValueError(f"labels must hold at least two classes, got only {list(groups)}")
     x = acts.detach().float().cpu()
-    means = torch.stack([x[torch.as_tensor(values == c)].mean(0) for c in classes])
-    return orthonormal_basis((means - means.mean(0)).T, rank=len(classes) - 1)
+    means = torch.stack([x[rows].mean(0) for rows in groups.values()])
+    return orthonormal_basis((means - means.mean(0)).T, rank=len(groups) - 1)
+
+
+def _label_groups(labels: Any, n: int) -> dict[Hashable, list[int]]:
+    """The rows of each class, classes told apart by Python equality (1 and "1" are two classes, 1 and 1.0
+    one), sorted where the labels sort (as numpy's unique would) and in order of appearance where not."""
+    if isinstance(labels, (Tensor, np.ndarray)):
+        if labels.ndim != 1:
+            raise ValueError(f"labels has shape {tuple(labels.shape)}, expected [{n}] (one label per row of acts)")
+        items = labels.detach().cpu().tolist() if isinstance(labels, Tensor) else labels.tolist()
+    elif isinstance(labels, Sequence) and not isinstance(labels, (str, bytes)):
+        items = list(labels)
+    else:
+        raise TypeError(f"labels must be a sequence of class labels (one per row of acts), got {type(labels).__name__}")
+    if len(items) != n:
+        raise ValueError(f"labels has {len(items)} entries, expected {n} (one label per row of acts)")
+    groups: dict[Hashable, list[int]] = {}
+    for i, label in enumerate(items):
+        try:
+            groups.setdefault(label, []).append(i)
+        except TypeError:
+            raise TypeError(
+                f"labels[{i}]={label!r} is not hashable ({type(label).__name__}); classes are told apart by "
+                "Python equality: use hashable labels (ints, strings, tuples, frozensets)"
+            ) from None
+    try:
+        return dict(sorted(groups.items(), key=lambda kv: kv[0]))  # type: ignore[arg-type,return-value]
+    except TypeError:  # labels that do not sort (str and None, frozensets): first appearance
+        return groups

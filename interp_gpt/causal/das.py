@@ -26,7 +26,7 @@ from torch import Tensor, nn
 from torch.nn.utils.parametrizations import orthogonal
 from tqdm.auto import tqdm  # type: ignore[import-untyped]
 
-from ..checks import check_float, check_int, check_int_in_range, check_type
+from ..checks import check_float, check_int_in_range, check_seed, check_type
 from .interchange import (
     Positions,
     TaskLogits,
@@ -129,9 +129,38 @@ def fit_das(
     batch_size = check_int_in_range(batch_size, "batch_size", 1, None, caller=caller)
     lr = check_float(lr, "lr", 0.0, caller=caller)
     strength = check_strength(strength, caller)
-    seed = check_int(seed, "seed", caller)
+    seed = check_seed(seed, "seed", caller)  # before any work: torch and numpy's default_rng both take it
     pos, src_pos = check_position_pair(base, source, base_positions, source_positions, "base_positions", caller)
 
+    # Under a caller's torch.inference_mode() too: the fit leaves it (as it leaves no_grad), and takes copies
+    # of inference tensors, which autograd may not save for backward.
+    with torch.inference_mode(False):
+        base, source, targets, pos, src_pos = (
+            t.clone() if t.is_inference() else t for t in (base, source, targets, pos, src_pos)
+        )
+        return _fit(model, hook, base, source, targets, task_logits, rank, (pos, src_pos), epochs, batch_size, lr,
+                    strength, seed, progress)  # fmt: skip
+
+
+def _fit(
+    model: GPT,
+    hook: str,
+    base: Tensor,
+    source: Tensor,
+    targets: Tensor,
+    task_logits: TaskLogits,
+    rank: int,
+    positions: tuple[Tensor, Tensor],
+    epochs: int,
+    batch_size: int,
+    lr: float,
+    strength: float,
+    seed: int,
+    progress: bool,
+) -> DASResult:
+    """Phases 1-3 on checked arguments, outside inference mode."""
+    caller = "fit_das"
+    pos, src_pos = positions
     # 1. the source activations
     src = collect_activations(model, hook, source, src_pos, batch_size=batch_size)
     d = src.shape[-1]

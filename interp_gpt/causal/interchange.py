@@ -25,13 +25,13 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
-from ..checks import callable_name, check_int_in_range, check_tokens, check_type
+from ..checks import callable_name, check_int_in_range, check_mask, check_seed, check_tokens, check_type
 from .bases import check_basis, random_basis
 
 if TYPE_CHECKING:
     from ..model.gpt import GPT
 
-__all__ = ["collect_activations", "interchange", "norm_matched_placebo"]
+__all__ = ["collect_activations", "interchange", "norm_matched_placebo", "real_token_columns"]
 
 TaskLogits = Callable[[Tensor], Tensor]
 Positions = int | Sequence[int] | Tensor
@@ -54,6 +54,45 @@ def check_token_rows(model: GPT, tokens: Any, arg: str, caller: str) -> Tensor:
 def check_positions(positions: Any, n_batch: int, n_pos: int, arg: str, caller: str) -> Tensor:
     """One position per row as a long tensor in 0..n_pos-1, from an int (every row) or one int per row
     (negative counts from the end)."""
+    pos = _position_ints(positions, n_batch, arg, caller)
+    bad = (pos < -n_pos) | (pos >= n_pos)
+    if bool(bad.any()):
+        i = int(bad.nonzero()[0, 0])
+        raise ValueError(
+            f"{caller}: {arg}[{i}]={int(pos[i])} is out of range: positions are 0..{n_pos - 1} "
+            "(negative counts from the end)"
+        )
+    return pos % n_pos
+
+
+def real_token_columns(positions: Any, mask: Tensor, arg: str, caller: str, rows: str = "tokens") -> Tensor:
+    """The one rule for padded batches: each row is read at its own `positions` (an int for every row, or one
+    per row) counted in its real tokens, the 1s of `mask` `[batch, pos]` (left or right padding): p >= 0 is its
+    p-th real token, p < 0 counts from its last real token, never a pad. Returns the columns, a long tensor
+    `[batch]` (CPU); a position outside a row's real tokens is refused, naming `arg` and the row of `rows`.
+
+    Example:
+        >>> real_token_columns(-1, torch.tensor([[1, 1, 1], [1, 0, 0], [0, 1, 1]]), "positions", "example")
+        tensor([2, 0, 2])
+    """
+    mask = mask.detach().cpu().long()
+    pos = _position_ints(positions, mask.shape[0], arg, caller)
+    lengths = mask.sum(1)
+    rank = torch.where(pos < 0, lengths + pos, pos)
+    bad = (rank < 0) | (rank >= lengths)
+    if bool(bad.any()):
+        i = int(bad.nonzero()[0, 0])
+        name = arg if isinstance(positions, int) and not isinstance(positions, bool) else f"{arg}[{i}]"
+        raise ValueError(
+            f"{caller}: {name}={int(pos[i])} is outside {rows}[{i}] ({int(lengths[i])} real tokens: "
+            f"0..{int(lengths[i]) - 1}, negative counts from its last; pads are never read)"
+        )
+    order = mask.cumsum(1) - 1  # each real token's rank in its row
+    return ((order == rank[:, None]) & (mask == 1)).long().argmax(1)
+
+
+def _position_ints(positions: Any, n_batch: int, arg: str, caller: str) -> Tensor:
+    """One int per row `[n_batch]` (long, CPU), from an int (every row) or one int per row; not yet range-checked."""
     if isinstance(positions, bool) or positions is None:
         raise TypeError(f"{caller}: {arg} must be an int or one int per row, got {positions!r}")
     if isinstance(positions, int):
@@ -69,14 +108,7 @@ def check_positions(positions: Any, n_batch: int, n_pos: int, arg: str, caller: 
                 f"{caller}: {arg} has shape {tuple(pos.shape)}, expected [{n_batch}] (one position per row)"
             )
         pos = pos.long().cpu()
-    bad = (pos < -n_pos) | (pos >= n_pos)
-    if bool(bad.any()):
-        i = int(bad.nonzero()[0, 0])
-        raise ValueError(
-            f"{caller}: {arg}[{i}]={int(pos[i])} is out of range: positions are 0..{n_pos - 1} "
-            "(negative counts from the end)"
-        )
-    return pos % n_pos
+    return pos
 
 
 def check_position_pair(
@@ -90,7 +122,9 @@ def check_position_pair(
 
 
 def check_strength(strength: Any, caller: str) -> float:
-    """`strength` as a finite float (any sign: 1 interchanges, 0 leaves the base)."""
+    """`strength` as a finite float (any sign: 1 interchanges, 0 leaves the base); a 0-d tensor or a numpy
+    scalar is its number, as `steer`'s coeff."""
+    strength = strength.item() if getattr(strength, "ndim", None) == 0 else strength
     if isinstance(strength, bool) or not isinstance(strength, (int, float)):
         raise TypeError(f"{caller}: strength must be a number, got {type(strength).__name__} ({strength!r})")
     if not math.isfinite(strength):
@@ -134,24 +168,49 @@ def _rows(act: Tensor, pos: Tensor, hook: str, caller: str) -> Tensor:
 
 @torch.no_grad()
 def collect_activations(
-    model: GPT, hook: str, tokens: Int[Tensor, "batch pos"], positions: Positions = -1, *, batch_size: int = 64
+    model: GPT,
+    hook: str,
+    tokens: Int[Tensor, "batch pos"] | Sequence[str],
+    positions: Positions = -1,
+    *,
+    batch_size: int = 64,
+    attention_mask: Int[Tensor, "batch pos"] | None = None,
 ) -> Float[Tensor, "batch d"]:
     """The activation at `hook`, at one position per row (`positions`: an int or one per row; negative
     counts from the end), collected with `model.run_with_cache` in batches of `batch_size`.
 
+    Padded batches follow one rule (`contrastive_vector`'s): given prompts as a list of strings (padded on
+    the right here), or token ids with their `attention_mask` (from `model.to_tokens(..., return_mask=True)`,
+    either side), each row is read at its own `positions` counted in its real tokens, never at a pad, and the
+    mask goes into the run. Token ids alone are read at those columns of the tensor as they are.
+
     Example:
         >>> collect_activations(model, "blocks.0.hook_resid_post", model.to_tokens(["The cat", "A dog"])).shape
+        torch.Size([2, 128])
+        >>> collect_activations(model, "blocks.0.hook_resid_post", ["The cat sat", "A dog"]).shape   # last real tokens
         torch.Size([2, 128])
     """
     caller = "collect_activations"
     model = check_gpt(model, caller)
     hook = check_hook(model, hook, caller)
+    if isinstance(tokens, (list, tuple)) and tokens and all(isinstance(t, str) for t in tokens):
+        if attention_mask is not None:
+            raise ValueError(f"{caller}: attention_mask goes with token ids; prompts given as strings are padded here")
+        tokens, attention_mask = model.to_tokens(list(tokens), padding_side="right", return_mask=True)
     tokens = check_token_rows(model, tokens, "tokens", caller)
     batch_size = check_int_in_range(batch_size, "batch_size", 1, None, caller=caller)
-    pos = check_positions(positions, tokens.shape[0], tokens.shape[1], "positions", caller)
+    mask: Tensor | None = None
+    if attention_mask is None:
+        pos = check_positions(positions, tokens.shape[0], tokens.shape[1], "positions", caller)
+    else:
+        mask = check_mask(attention_mask, tuple(tokens.shape)).to(tokens.device)
+        pos = real_token_columns(positions, mask, "positions", caller)
     out = []
     for idx in chunks(len(tokens), batch_size):
-        _, cache = model.run_with_cache(tokens[idx], names_filter=hook)
+        if mask is None:
+            _, cache = model.run_with_cache(tokens[idx], names_filter=hook)
+        else:
+            _, cache = model.run_with_cache(tokens[idx], attention_mask=mask[idx], names_filter=hook)
         out.append(_rows(cache[hook], pos[idx], hook, caller))
     return torch.cat(out)
 
@@ -311,6 +370,7 @@ def norm_matched_placebo(
     """
     caller = "norm_matched_placebo"
     s = check_strength(strength, caller)
+    seed = check_seed(seed, "seed", caller)  # before the source runs
 
     def make(B: Tensor) -> Intervention:
         d, rank = B.shape

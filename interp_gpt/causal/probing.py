@@ -24,7 +24,7 @@ import torch.nn.functional as F
 from jaxtyping import Float, Int
 from torch import Tensor
 
-from ..checks import check_float, check_int, check_int_in_range, check_type
+from ..checks import check_float, check_int, check_int_in_range, check_seed, check_type
 
 __all__ = ["SparseProbe", "sparse_probing"]
 
@@ -170,6 +170,8 @@ def _labels(labels: Any, n: int, positive_label: Any) -> Tensor:
     classes = labels.detach().cpu().long().unique().tolist()
     if len(classes) != 2:
         raise ValueError(f"{caller}: labels must hold exactly two classes (binary), got {classes}")
+    if isinstance(positive_label, bool):  # as transformer-lens' `int | bool`: True is class 1, False class 0
+        positive_label = int(positive_label)
     positive_label = check_int(positive_label, "positive_label", caller)
     if positive_label not in classes:
         raise ValueError(f"{caller}: positive_label={positive_label} is not one of the labels' classes {classes}")
@@ -187,7 +189,7 @@ def sparse_probing(
     *,
     seed: int = 0,
     test_fraction: float = 0.3,
-    positive_label: int = 1,
+    positive_label: int | bool = 1,
     l2_strength: float = 1e-2,
     class_weight: str | None = "balanced",
     max_iter: int = 200,
@@ -198,7 +200,8 @@ def sparse_probing(
     Args:
         features: `[n_examples, n_features]` finite floats, e.g. MLP neurons at one position per prompt
             (`collect_activations(model, "blocks.0.mlp.hook_post", tokens)`).
-        labels: `[n_examples]` two classes (bool or integers); `positive_label` names the positive one.
+        labels: `[n_examples]` two classes (bool or integers); `positive_label` names the positive one
+            (an int, or a bool: True is 1, False 0).
         k: features to keep, 1..n_features.
         seed: seeds the per-class train/test split (a local generator; the global random state is untouched).
         test_fraction: held out per class, in (0, 1).
@@ -223,7 +226,7 @@ def sparse_probing(
     n, n_features = features.shape
     positive = _labels(labels, n, positive_label)
     k = check_int_in_range(k, "k", 1, n_features, f"k values for {n_features} features", caller=caller)
-    seed = check_int_in_range(seed, "seed", 0, 2**63 - 1, caller=caller)
+    seed = check_seed(seed, "seed", caller)
     test_fraction = check_float(test_fraction, "test_fraction", 0.0, 1.0, caller=caller)
     if test_fraction >= 1.0:
         raise ValueError(f"{caller}: test_fraction={test_fraction!r} is out of range: expected a number in (0, 1)")

@@ -203,7 +203,9 @@ class GenerationMixin(TextMixin):
     ) -> Int[Tensor, " batch"]:
         if not do_sample:
             return logits.argmax(dim=-1)
-        logits = logits / temperature
+        # Stable at any temperature > 0: the largest logit becomes 0 before the division (in float64, where a
+        # temperature down to 5e-324 is not 0), so a tiny one gives -inf elsewhere, never inf - inf = nan.
+        logits = (logits - logits.amax(-1, keepdim=True)).double() / temperature
         if top_k is not None:
             kth = logits.topk(min(top_k, logits.shape[-1]), dim=-1).values[:, -1:]
             logits = logits.masked_fill(logits < kth, float("-inf"))
