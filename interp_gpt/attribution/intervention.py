@@ -29,6 +29,7 @@ Example (tiny-gpt2 and its shipped transcoders):
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -45,6 +46,13 @@ _ZERO = slice(0, 1)  # position 0 (the BOS) reads as 0, as circuit-tracer zeroes
 
 def _is_int(x: Any) -> bool:
     return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _show(value: Tensor) -> str:
+    """A value tensor for a message: its numbers if few, else its shape."""
+    if value.numel() <= 6:
+        return repr(value.tolist())
+    return f"a tensor of shape {tuple(value.shape)}"
 
 
 def _check_index(x: Any, size: int, what: str, arg: str, caller: str, slices: bool) -> None:
@@ -98,8 +106,15 @@ def _check_interventions(
         if isinstance(value, bool) or not isinstance(value, (int, float, Tensor)):
             raise TypeError(f"{caller}: {arg}: value={value!r}: expected a number or a tensor")
         if isinstance(value, Tensor):
+            if value.is_complex() or value.dtype == torch.bool:
+                raise TypeError(f"{caller}: {arg}: value is a {value.dtype} tensor; expected real numbers")
             value = value.detach()
-        elif value != value or value in (float("inf"), float("-inf")):
+            if not bool(torch.isfinite(value).all()):
+                raise ValueError(
+                    f"{caller}: {arg}: value={_show(value)} holds a non-finite number (nan or inf); expected finite "
+                    "numbers (a nan or inf set at one position reaches every logit through the LayerNorms)"
+                )
+        elif not math.isfinite(value):
             raise ValueError(f"{caller}: {arg}: value={value}: expected a finite number")
         by_layer.setdefault(layer, []).append((pos, feature, value))
     return by_layer
