@@ -36,3 +36,14 @@ def test_a_non_finite_value_tensor_is_refused(tiny: GPT, tcs: Any, bad: float) -
             feature_intervention(tiny, PROMPT, tcs, [(1, 3, 3, 1.0), (1, torch.tensor([2, 3]), 3, value)])
     with pytest.raises(ValueError, match=r"interventions\[0\]: value=.*non-finite"):
         feature_intervention_generate(tiny, PROMPT, tcs, [(1, 3, 3, torch.tensor(bad))], max_new_tokens=1)
+
+
+# ----------------------------------------------------------------------------------------------------
+# row 7: a target given twice is refused by name
+# ----------------------------------------------------------------------------------------------------
+def test_a_duplicate_target_is_refused(tiny: GPT, tcs: Any) -> None:
+    for targets in ([5, 5, 7], torch.tensor([7, 5, 5]), [" the", "x", " the"]):
+        with pytest.raises(ValueError, match=r"attribute: attribution_targets\[\d\] and attribution_targets\[\d\]: .*twice"):
+            attribute(tiny, PROMPT, tcs, attribution_targets=targets)
+    graph = attribute(tiny, PROMPT, tcs, attribution_targets=[5, 7])
+    assert [t.vocab_idx for t in graph.logit_targets] == [5, 7]

@@ -33,6 +33,21 @@ def _decode(model: Any, idx: int) -> str:
     return str(tok.decode([idx])) if tok is not None else str(idx)
 
 
+def _check_unique(ids: list[int], given: list[Any]) -> None:
+    """Refuse a token given twice: it would be two logit nodes counted twice in every influence and score, and
+    two nodes with one id in the graph's JSON."""
+    first: dict[int, int] = {}
+    for i, t in enumerate(ids):
+        if t in first:
+            j = first[t]
+            same = f"{given[j]!r} and {given[i]!r} are" if given[j] != given[i] else f"{given[i]!r} is"
+            raise ValueError(
+                f"{_CALLER}: attribution_targets[{j}] and attribution_targets[{i}]: {same} token {t} twice; "
+                "give each target once (a duplicate would count twice in every influence and score)"
+            )
+        first[t] = i
+
+
 def logit_targets(
     model: Any, logits: Tensor, targets: Any, max_n_logits: int, desired_logit_prob: float
 ) -> tuple[list[LogitTarget], Tensor, Tensor]:
@@ -42,7 +57,9 @@ def logit_targets(
     d_vocab = W_U.shape[1]
     probs = torch.softmax(logits.float(), dim=-1).to(logits.dtype)
 
-    def by_index(idx: Tensor) -> tuple[list[LogitTarget], Tensor, Tensor]:
+    def by_index(idx: Tensor, given: list[Any] | None = None) -> tuple[list[LogitTarget], Tensor, Tensor]:
+        if given is not None:
+            _check_unique(idx.tolist(), given)
         vecs = (W_U[:, idx] - W_U.mean(dim=-1, keepdim=True)).T
         return [LogitTarget(_decode(model, int(i)), int(i)) for i in idx.tolist()], probs[idx], vecs
 
@@ -63,7 +80,7 @@ def logit_targets(
             raise ValueError(
                 f"{_CALLER}: attribution_targets: token ids {bad.tolist()} are outside the vocabulary 0..{d_vocab - 1}"
             )
-        return by_index(targets.to(torch.long).cpu())
+        return by_index(targets.to(torch.long).cpu(), targets.tolist())
     if isinstance(targets, (str, bytes)) or not isinstance(targets, Sequence):
         raise TypeError(
             f"{_CALLER}: attribution_targets={targets!r}: expected None, a tensor of token ids, a list of token "
@@ -87,7 +104,7 @@ def logit_targets(
                     f"{_CALLER}: attribution_targets: {s!r} is {len(enc)} tokens {enc}; each target must be one token"
                 )
             ids.append(enc[0])
-        return by_index(torch.tensor(ids))
+        return by_index(torch.tensor(ids), list(targets))
     if all(isinstance(t, tuple) for t in targets):
         labels, weights, vecs = [], [], []
         d_model = W_U.shape[0]
