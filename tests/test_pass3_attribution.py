@@ -47,3 +47,24 @@ def test_a_duplicate_target_is_refused(tiny: GPT, tcs: Any) -> None:
             attribute(tiny, PROMPT, tcs, attribution_targets=targets)
     graph = attribute(tiny, PROMPT, tcs, attribution_targets=[5, 7])
     assert [t.vocab_idx for t in graph.logit_targets] == [5, 7]
+
+
+# ----------------------------------------------------------------------------------------------------
+# row 8: qk_attribution splits the score the same way whatever the model's processing
+# ----------------------------------------------------------------------------------------------------
+def test_the_qk_split_does_not_depend_on_processing(tiny: GPT, tcs: Any) -> None:
+    rand = torch.randint(100, 2000, (8,), generator=torch.Generator().manual_seed(0))
+    tokens = torch.cat([rand, rand])
+    models = [
+        tiny,
+        GPT.from_pretrained("tiny-gpt2", fold_ln=False),
+        GPT.from_pretrained("tiny-gpt2", fold_ln=False, fold_value_biases=False),
+    ]
+    runs = [qk_attribution(m, tokens, tcs, layer=1, head=0, query_pos=12, key_pos=5) for m in models]
+    ref = runs[0]
+    for run in runs[1:]:
+        assert run.score == pytest.approx(ref.score, rel=1e-5)
+        for side in ("query", "key"):
+            assert [t.label for t in getattr(run, f"{side}_terms")] == [t.label for t in getattr(ref, f"{side}_terms")]
+            got, want = getattr(run, f"{side}_contributions"), getattr(ref, f"{side}_contributions")
+            torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4 * float(want.abs().max()))
