@@ -68,3 +68,27 @@ def test_the_qk_split_does_not_depend_on_processing(tiny: GPT, tcs: Any) -> None
             assert [t.label for t in getattr(run, f"{side}_terms")] == [t.label for t in getattr(ref, f"{side}_terms")]
             got, want = getattr(run, f"{side}_contributions"), getattr(ref, f"{side}_contributions")
             torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4 * float(want.abs().max()))
+
+
+# ----------------------------------------------------------------------------------------------------
+# row 8d: without a tokenizer no BOS is put first, so position 0 (the prompt's first token) is kept
+# ----------------------------------------------------------------------------------------------------
+def test_without_a_tokenizer_position_0_is_a_real_token(tiny_model: GPT) -> None:
+    from test_attribution import TOKENS, plts
+
+    assert tiny_model.tokenizer is None
+    tcs = plts(tiny_model.cfg.d_model, tiny_model.cfg.n_layers, skip=False)
+    graph = attribute(tiny_model, TOKENS, tcs)
+    assert torch.equal(graph.input_tokens, TOKENS)  # no BOS put first
+    x0 = tiny_model.run_with_cache(TOKENS[None])[1]["blocks.0.ln2.hook_normalized"][0, 0]
+    want = tcs[0].encode(x0).nonzero()[:, 0]
+    at0 = graph.active_features[(graph.active_features[:, 0] == 0) & (graph.active_features[:, 1] == 0), 2]
+    assert want.numel() > 0 and torch.equal(at0, want)  # the first token's layer-0 features are nodes
+    error_0 = graph.n_features + 0 * graph.n_pos + 0  # the error node of layer 0 at position 0
+    assert bool(graph.adjacency_matrix[:, error_0].ne(0).any())
+    # the interventions read position 0 too: setting a feature there to its own reading changes nothing
+    logits, acts = feature_intervention(tiny_model, TOKENS, tcs, [(0, 0, int(want[0]), 0.0)])
+    assert acts is not None and float(acts[0, 0, want].abs().min()) > 0
+    with torch.no_grad():
+        clean = tiny_model(TOKENS[None])
+    assert not torch.allclose(logits, clean, rtol=1e-4, atol=1e-4 * float(clean.abs().max()))

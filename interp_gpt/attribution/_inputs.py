@@ -48,6 +48,18 @@ def prepare(model: Any, prompt: Any, transcoders: Any, caller: str) -> tuple[GPT
     return model, tokens, readers
 
 
+def bos_positions(model: GPT) -> slice:
+    """The positions whose features and error vectors are no node's value: position 0 where it is a BOS
+    (with a tokenizer `prompt_tokens` puts one first unless the prompt starts with a special token), none
+    without a tokenizer (no BOS is put first, so position 0 is the prompt's own first token).
+
+    Example:
+        >>> bos_positions(GPT.from_pretrained("tiny-gpt2"))
+        slice(0, 1, None)
+    """
+    return slice(0, 1) if getattr(model, "tokenizer", None) is not None else slice(0, 0)
+
+
 def check_transcoders(model: GPT, transcoders: Any, caller: str) -> Readers:
     """One transcoder per layer, each fitting its layer (converted to the model's weights), or a CLT."""
     n, d = model.cfg.n_layers, model.cfg.d_model

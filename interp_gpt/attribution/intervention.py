@@ -6,7 +6,7 @@ them, and a hook at each intervened layer's `blocks.L.hook_mlp_out.hook_sae_acts
 features: `(new - current) x W_dec` more goes into that layer's MLP output (a CLT's: that and later layers').
 circuit-tracer's definitions, kept: an intervention is `(layer, pos, feature, value)` (`pos` an int, slice
 or tensor; `feature` an int or tensor; later ones at the same place win); the current activation is the
-transcoder's reading in the intervened run, position 0 (the BOS) read as 0; `freeze_attention=True` holds
+transcoder's reading in the intervened run, position 0 (the BOS) read as 0 (kept without a tokenizer: no BOS); `freeze_attention=True` holds
 every attention pattern at the clean run's (not LayerNorm scales or MLPs); the activations returned are the
 readings of the intervened run `[n_layers, pos, d_sae]` (what each layer read, not the values set);
 generation: the first step carries every intervention, each new token the open-ended ones (`pos` a slice
@@ -37,11 +37,10 @@ import torch
 from torch import Tensor
 
 from ..checks import check_int_in_range
-from ._inputs import prepare
+from ._inputs import bos_positions, prepare
 
 __all__ = ["feature_intervention", "feature_intervention_generate"]
 
-_ZERO = slice(0, 1)  # position 0 (the BOS) reads as 0, as circuit-tracer zeroes it
 
 
 def _is_int(x: Any) -> bool:
@@ -151,6 +150,7 @@ class _Run:
     def __init__(self, model: Any, readers: Any, by_layer: dict, open_ended: dict, record: bool, post: bool):
         self.model, self.readers, self.by_layer, self.open_ended = model, readers, by_layer, open_ended
         self.record, self.post = record, post
+        self.bos = bos_positions(model)  # position 0 (the BOS) reads as 0, as circuit-tracer zeroes it
         self.step = -1  # the pass: 0 the prompt, then one per generated token
         self.acts: list[list[Tensor]] = [[] for _ in range(model.cfg.n_layers)]
         self.logits: list[Tensor] = []
@@ -184,7 +184,7 @@ class _Run:
             self.clean_out[layer] = cache[f"blocks.{layer}.hook_mlp_out"]
             self.clean_in[layer] = cache[self.readers.input_hook(layer)]
             reading = cache[f"blocks.{layer}.hook_mlp_out.hook_sae_acts_post"][0].clone()
-            reading[_ZERO] = 0
+            reading[self.bos] = 0
             self.original[layer] = reading
 
     def hooks(self) -> list[tuple[str, Any]]:
@@ -235,7 +235,7 @@ class _Run:
     def _reading(self, x: Tensor) -> Tensor:
         reading = x[0].detach().clone()
         if self.step == 0:
-            reading[_ZERO] = 0
+            reading[self.bos] = 0
         return reading
 
     def _keep(self, layer: int, x: Tensor) -> None:
