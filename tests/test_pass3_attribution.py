@@ -92,3 +92,23 @@ def test_without_a_tokenizer_position_0_is_a_real_token(tiny_model: GPT) -> None
     with torch.no_grad():
         clean = tiny_model(TOKENS[None])
     assert not torch.allclose(logits, clean, rtol=1e-4, atol=1e-4 * float(clean.abs().max()))
+
+
+# ----------------------------------------------------------------------------------------------------
+# row 15: the interventions take float32 transcoders on a float64 / bf16 model, as attribute does
+# ----------------------------------------------------------------------------------------------------
+def test_interventions_cast_the_transcoders_to_the_models_dtype(tiny: GPT, tcs: Any) -> None:
+    ivs = [(1, -1, 3, 5.0), (0, 2, 7, 0.0)]
+    want, want_acts = feature_intervention(tiny, PROMPT, tcs, ivs)
+    m64 = GPT.from_pretrained("tiny-gpt2", dtype=torch.float64)
+    got, acts = feature_intervention(m64, PROMPT, tcs, ivs)
+    assert got.dtype == torch.float64 and all(tc.dtype == torch.float32 for tc in tcs)  # the caller's: unchanged
+    scale = float(want.abs().max())
+    torch.testing.assert_close(got.float(), want, rtol=1e-4, atol=1e-4 * scale)
+    assert acts is not None and want_acts is not None
+    torch.testing.assert_close(acts.float(), want_acts, rtol=1e-4, atol=1e-4 * float(want_acts.abs().max()))
+    text, steps, _ = feature_intervention_generate(m64, PROMPT, tcs, ivs, max_new_tokens=2)
+    assert steps.shape[0] == 2 and isinstance(text, str)
+    bf16 = GPT.from_pretrained("tiny-gpt2", dtype=torch.bfloat16)
+    low, _ = feature_intervention(bf16, PROMPT, tcs, ivs)
+    assert low.dtype == torch.bfloat16 and bool(torch.isfinite(low).all())

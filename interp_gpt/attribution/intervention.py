@@ -37,7 +37,7 @@ import torch
 from torch import Tensor
 
 from ..checks import check_int_in_range
-from ._inputs import bos_positions, prepare
+from ._inputs import bos_positions, in_model_dtype, prepare
 
 __all__ = ["feature_intervention", "feature_intervention_generate"]
 
@@ -269,6 +269,8 @@ def _setup(
         if not isinstance(flag, bool):
             raise TypeError(f"{caller}: {name}={flag!r}: expected True or False")
     model, tokens, readers = prepare(model, prompt, transcoders, caller)
+    # spliced in, so in the model's dtype (copies): float32 transcoders on a float64 or bf16 model, as attribute
+    readers = in_model_dtype(model, readers)
     spliced = readers.plts if readers.plts is not None else readers.clt
     d_sae = readers.encoder(0).shape[1]
     by_layer = _check_interventions(interventions, model.cfg.n_layers, tokens.shape[0], d_sae, caller)
