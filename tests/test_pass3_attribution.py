@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 import torch
+from torch import Tensor
 
 from interp_gpt import GPT
 from interp_gpt.attribution import attribute, feature_intervention, feature_intervention_generate, qk_attribution
@@ -43,7 +44,9 @@ def test_a_non_finite_value_tensor_is_refused(tiny: GPT, tcs: Any, bad: float) -
 # ----------------------------------------------------------------------------------------------------
 def test_a_duplicate_target_is_refused(tiny: GPT, tcs: Any) -> None:
     for targets in ([5, 5, 7], torch.tensor([7, 5, 5]), [" the", "x", " the"]):
-        with pytest.raises(ValueError, match=r"attribute: attribution_targets\[\d\] and attribution_targets\[\d\]: .*twice"):
+        with pytest.raises(
+            ValueError, match=r"attribute: attribution_targets\[\d\] and attribution_targets\[\d\]: .*twice"
+        ):
             attribute(tiny, PROMPT, tcs, attribution_targets=targets)
     graph = attribute(tiny, PROMPT, tcs, attribution_targets=[5, 7])
     assert [t.vocab_idx for t in graph.logit_targets] == [5, 7]
@@ -112,3 +115,29 @@ def test_interventions_cast_the_transcoders_to_the_models_dtype(tiny: GPT, tcs: 
     bf16 = GPT.from_pretrained("tiny-gpt2", dtype=torch.bfloat16)
     low, _ = feature_intervention(bf16, PROMPT, tcs, ivs)
     assert low.dtype == torch.bfloat16 and bool(torch.isfinite(low).all())
+
+
+# ----------------------------------------------------------------------------------------------------
+# rows 21, 22: positions, features and values that do not pair up are refused by name, before any run
+# ----------------------------------------------------------------------------------------------------
+def test_positions_and_features_of_different_lengths_are_refused(tiny: GPT, tcs: Any) -> None:
+    bad = (1, torch.tensor([2, 3]), torch.tensor([3, 4, 5]), 1.0)
+    for run in (feature_intervention, feature_intervention_generate):
+        kw = {"max_new_tokens": 1} if run is feature_intervention_generate else {}
+        with pytest.raises(ValueError, match=r"interventions\[1\]: pos has 2 positions and .*feature 3 features"):
+            run(tiny, PROMPT, tcs, [(1, 3, 3, 1.0), bad], **kw)
+    # what does pair up still runs: equal lengths, one of length 1, a slice times features
+    for pos, feat in ((torch.tensor([2, 3]), torch.tensor([4, 5])), (torch.tensor([2]), torch.tensor([4, 5])),
+                      (slice(1, 4), torch.tensor([4, 5]))):  # fmt: skip
+        feature_intervention(tiny, PROMPT, tcs, [(1, pos, feat, 2.0)])
+
+
+@pytest.mark.parametrize(("pos", "feature"), [(2, 3), (torch.tensor([2, 3]), 3), (slice(1, 3), torch.tensor([4, 5]))])
+def test_a_value_tensor_that_does_not_fit_its_places_is_refused(tiny: GPT, tcs: Any, pos: Any, feature: Any) -> None:
+    value = torch.tensor([1.0, 2.0, 3.0])
+    with pytest.raises(ValueError, match=r"interventions\[0\]: value=\[1.0, 2.0, 3.0\] has shape \(3,\); .*shape"):
+        feature_intervention(tiny, PROMPT, tcs, [(1, pos, feature, value)])
+    ok = torch.arange(1.0, 3.0) if isinstance(pos, Tensor) else torch.tensor(2.0)
+    if isinstance(feature, Tensor):
+        ok = torch.ones(2, 2)
+    feature_intervention(tiny, PROMPT, tcs, [(1, pos, feature, ok)])

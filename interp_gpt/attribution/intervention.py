@@ -42,7 +42,6 @@ from ._inputs import bos_positions, in_model_dtype, prepare
 __all__ = ["feature_intervention", "feature_intervention_generate"]
 
 
-
 def _is_int(x: Any) -> bool:
     return isinstance(x, int) and not isinstance(x, bool)
 
@@ -115,8 +114,44 @@ def _check_interventions(
                 )
         elif not math.isfinite(value):
             raise ValueError(f"{caller}: {arg}: value={value}: expected a finite number")
+        shape = _places(pos, feature, n_pos, f"{arg}: pos", f"{arg}: feature", caller)
+        _check_value_fits(value, shape, f"{arg}: value", "the places pos and feature select", caller)
         by_layer.setdefault(layer, []).append((pos, feature, value))
     return by_layer
+
+
+def _shape(x: Any) -> tuple[int, ...]:
+    return tuple(x.shape) if isinstance(x, Tensor) else ()
+
+
+def _places(pos: Any, feature: Any, n_pos: int, pos_arg: str, feature_arg: str, caller: str) -> tuple[int, ...]:
+    """The shape of the places `delta[pos, feature]` selects (torch's indexing: a slice of positions times the
+    features; integer tensors broadcast together), or a ValueError naming both and their lengths."""
+    if isinstance(pos, slice):
+        return (len(range(n_pos)[pos]),) + _shape(feature)
+    try:
+        return tuple(torch.broadcast_shapes(_shape(pos), _shape(feature)))
+    except RuntimeError:
+        raise ValueError(
+            f"{caller}: {pos_arg} has {pos.numel()} positions and {feature_arg} {feature.numel()} features: "
+            "two tensors are paired place by place (position i with feature i), so they need the same length "
+            "(or one of length 1); for every feature at every position pass pos as a slice, or pos[:, None]"
+        ) from None
+
+
+def _check_value_fits(value: Any, shape: tuple[int, ...], arg: str, what: str, caller: str) -> None:
+    """A tensor value must broadcast to the `shape` of the places it is set at (a number always does)."""
+    if not isinstance(value, Tensor):
+        return
+    try:
+        fits = tuple(torch.broadcast_shapes(value.shape, shape)) == shape
+    except RuntimeError:
+        fits = False
+    if not fits:
+        raise ValueError(
+            f"{caller}: {arg}={_show(value)} has shape {tuple(value.shape)}; {what} have shape {shape}: expected "
+            "one number, or a tensor of that shape (or one that broadcasts to it)"
+        )
 
 
 def _check_constrained(layers: Any, n_layers: int, caller: str) -> set[int] | None:
