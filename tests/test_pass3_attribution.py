@@ -141,3 +141,20 @@ def test_a_value_tensor_that_does_not_fit_its_places_is_refused(tiny: GPT, tcs: 
     if isinstance(feature, Tensor):
         ok = torch.ones(2, 2)
     feature_intervention(tiny, PROMPT, tcs, [(1, pos, feature, ok)])
+
+
+# ----------------------------------------------------------------------------------------------------
+# row 23: a custom target's bad weight or direction is refused at attribute, by name
+# ----------------------------------------------------------------------------------------------------
+def test_a_custom_targets_bad_weight_or_direction_is_refused_up_front(tiny: GPT, tcs: Any) -> None:
+    d = tiny.cfg.d_model
+    good = ("good", 1.0, torch.randn(d, generator=torch.Generator().manual_seed(0)))
+    for w in (float("nan"), float("inf"), -1.0):
+        with pytest.raises(ValueError, match=r"attribute: attribution_targets\[1\]: weight=.*finite number >= 0"):
+            attribute(tiny, PROMPT, tcs, attribution_targets=[good, ("x", w, torch.ones(d))])
+    with pytest.raises(ValueError, match=r"attribute: attribution_targets\[1\]: direction holds a nan"):
+        attribute(tiny, PROMPT, tcs, attribution_targets=[good, ("x", 1.0, torch.full((d,), float("nan")))])
+    with pytest.raises(ValueError, match=r"attribute: attribution_targets: every weight is 0"):
+        attribute(tiny, PROMPT, tcs, attribution_targets=[("x", 0.0, torch.ones(d))])
+    graph = attribute(tiny, PROMPT, tcs, attribution_targets=[good, ("x", 0.0, torch.ones(d))])
+    assert graph.logit_probabilities.tolist() == [1.0, 0.0]

@@ -15,6 +15,7 @@ logit, as circuit-tracer's demeaned unembedding).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -119,9 +120,23 @@ def logit_targets(
                 raise ValueError(
                     f"{_CALLER}: attribution_targets[{i}]: direction has shape {tuple(t[2].shape)}; expected ({d_model},)"
                 )
+            if not math.isfinite(t[1]) or t[1] < 0:
+                raise ValueError(
+                    f"{_CALLER}: attribution_targets[{i}]: weight={t[1]!r}; expected a finite number >= 0 (its share "
+                    "of the influence, as a token target's probability)"
+                )
+            if not bool(torch.isfinite(t[2]).all()):
+                raise ValueError(
+                    f"{_CALLER}: attribution_targets[{i}]: direction holds a nan or inf; expected finite numbers"
+                )
             labels.append(LogitTarget(t[0], d_vocab + i))
             weights.append(float(t[1]))
             vecs.append(t[2].detach().to(W_U.dtype).to(W_U.device))
+        if not sum(weights) > 0:
+            raise ValueError(
+                f"{_CALLER}: attribution_targets: every weight is 0; at least one target needs a weight > 0 (the "
+                "influences are shares of the weights' sum)"
+            )
         return labels, torch.tensor(weights), torch.stack(vecs)
     raise TypeError(
         f"{_CALLER}: attribution_targets={list(targets)!r}: mixes kinds; pass all token ids, all token strings, "
