@@ -158,3 +158,20 @@ def test_a_custom_targets_bad_weight_or_direction_is_refused_up_front(tiny: GPT,
         attribute(tiny, PROMPT, tcs, attribution_targets=[("x", 0.0, torch.ones(d))])
     graph = attribute(tiny, PROMPT, tcs, attribution_targets=[good, ("x", 0.0, torch.ones(d))])
     assert graph.logit_probabilities.tolist() == [1.0, 0.0]
+
+
+# ----------------------------------------------------------------------------------------------------
+# row 24: attribute runs under torch.inference_mode (and on token ids made in one): the same graph
+# ----------------------------------------------------------------------------------------------------
+def test_attribute_under_inference_mode_is_the_same_graph(tiny: GPT, tcs: Any) -> None:
+    tokens = tiny.to_tokens(PROMPT)[0]
+    want = attribute(tiny, tokens, tcs)
+    with torch.inference_mode():
+        inside = attribute(tiny, tokens, tcs)
+        made_inside = tiny.to_tokens(PROMPT)[0]
+    outside = attribute(tiny, made_inside, tcs)
+    scale = float(want.adjacency_matrix.abs().max())
+    for got in (inside, outside):
+        assert torch.equal(got.active_features, want.active_features)
+        torch.testing.assert_close(got.adjacency_matrix, want.adjacency_matrix, rtol=1e-6, atol=1e-6 * scale)
+    assert attribute.__name__ == "attribute" and "attribution_targets" in attribute.__doc__

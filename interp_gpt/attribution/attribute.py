@@ -48,6 +48,9 @@ __all__ = ["attribute"]
 _CALLER = "attribute"
 
 
+# Under a caller's torch.inference_mode() too: the graph is gradients, so inference mode is switched off
+# here (torch.enable_grad alone does not), and token ids made inside an inference block are copied out of it.
+@torch.inference_mode(False)
 def attribute(
     model: Any,
     prompt: str | Tensor | list[int],
@@ -89,6 +92,8 @@ def attribute(
         verbose: a progress bar over the feature targets.
     """
     model, tokens, readers = prepare(model, prompt, transcoders, _CALLER)
+    if tokens.is_inference():  # made in an inference block: it cannot be saved for the backward passes
+        tokens = tokens.clone()
     batch_size = _check_options(
         max_n_logits, desired_logit_prob, max_feature_nodes, batch_size, update_interval, sparse, tokens.device
     )
