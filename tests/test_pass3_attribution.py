@@ -175,3 +175,66 @@ def test_attribute_under_inference_mode_is_the_same_graph(tiny: GPT, tcs: Any) -
         assert torch.equal(got.active_features, want.active_features)
         torch.testing.assert_close(got.adjacency_matrix, want.adjacency_matrix, rtol=1e-6, atol=1e-6 * scale)
     assert attribute.__name__ == "attribute" and "attribution_targets" in attribute.__doc__
+
+
+# ----------------------------------------------------------------------------------------------------
+# rows 25, 27: generation with slice(n_prompt, None) steers the new tokens only; a per-prompt-position
+# value on an open-ended slice is refused before generating
+# ----------------------------------------------------------------------------------------------------
+def steered_by_hooks(model: GPT, tcs: Any, tokens: torch.Tensor, layer: int, feature: int, value: float, start: int):
+    """Plain hooks, no cache: the last position's logits of `tokens` with `feature` of layer `layer` set to
+    `value` at every position >= `start` ((value - reading) x W_dec added to the MLP output, as the splice
+    with its error term does)."""
+    tc, xs = tcs[layer], {}
+
+    def read(x, hook):  # type: ignore[no-untyped-def]
+        xs["x"] = x
+
+    def write(out, hook):  # type: ignore[no-untyped-def]
+        reading = tc.encode(xs["x"])[0, start:, feature]
+        out = out.clone()
+        out[0, start:] += (value - reading)[:, None] * tc.W_dec[feature]
+        return out
+
+    hooks = [(tc.input_hook, read), (f"blocks.{layer}.hook_mlp_out", write)]
+    with torch.no_grad():
+        return model.run_with_hooks(tokens[None], fwd_hooks=hooks)[0, -1]
+
+
+def test_generation_can_steer_only_the_new_tokens(tiny: GPT, tcs: Any) -> None:
+    tokens = tiny.to_tokens(PROMPT)[0]
+    n = tokens.shape[0]
+    out, steps, _ = feature_intervention_generate(tiny, tokens, tcs, [(1, slice(n, None), 3, 8.0)], max_new_tokens=4)
+    with torch.no_grad():
+        clean = tiny(tokens[None])[0, -1]
+    torch.testing.assert_close(
+        steps[0], clean, rtol=1e-4, atol=1e-4 * float(clean.abs().max())
+    )  # the prompt: untouched
+    for s in range(1, 4):
+        want = steered_by_hooks(tiny, tcs, out[0, : n + s], 1, 3, 8.0, n)
+        torch.testing.assert_close(steps[s], want, rtol=1e-3, atol=1e-3 * float(want.abs().max()))
+    # from the second new token on: the first new token is not steered
+    out2, steps2, _ = feature_intervention_generate(
+        tiny, tokens, tcs, [(1, slice(n + 1, None), 3, 8.0)], max_new_tokens=3
+    )
+    with torch.no_grad():
+        first = tiny(out2[:, : n + 1])[0, -1]
+    torch.testing.assert_close(steps2[1], first, rtol=1e-4, atol=1e-4 * float(first.abs().max()))
+    want = steered_by_hooks(tiny, tcs, out2[0, : n + 2], 1, 3, 8.0, n + 1)
+    torch.testing.assert_close(steps2[2], want, rtol=1e-3, atol=1e-3 * float(want.abs().max()))
+    # a closed slice past the prompt still selects nothing: refused
+    with pytest.raises(ValueError, match=r"interventions\[0\]: pos: slice\(.*selects none"):
+        feature_intervention_generate(tiny, tokens, tcs, [(1, slice(n, n + 2), 3, 8.0)], max_new_tokens=2)
+
+
+def test_a_per_position_value_on_an_open_ended_slice_is_refused_before_generating(tiny: GPT, tcs: Any) -> None:
+    n = tiny.to_tokens(PROMPT).shape[1]
+    value = torch.ones(n - 1)
+    with pytest.raises(ValueError, match=r"interventions\[0\]: value has shape \(\d+,\); each new token's places"):
+        feature_intervention_generate(tiny, PROMPT, tcs, [(1, slice(1, None), 3, value)], max_new_tokens=3)
+    # a value per feature fits every new token: it runs
+    feats = torch.tensor([3, 4])
+    _, steps, _ = feature_intervention_generate(
+        tiny, PROMPT, tcs, [(1, slice(1, None), feats, torch.tensor([2.0, 1.0]))], max_new_tokens=3
+    )
+    assert steps.shape[0] == 3
