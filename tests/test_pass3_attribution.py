@@ -238,3 +238,23 @@ def test_a_per_position_value_on_an_open_ended_slice_is_refused_before_generatin
         tiny, PROMPT, tcs, [(1, slice(1, None), feats, torch.tensor([2.0, 1.0]))], max_new_tokens=3
     )
     assert steps.shape[0] == 3
+
+
+# ----------------------------------------------------------------------------------------------------
+# row 26: qk_attribution on a model without LayerNorm (attribute runs on one)
+# ----------------------------------------------------------------------------------------------------
+def test_qk_attribution_on_a_model_without_layer_norm(tiny_cfg: Any) -> None:
+    from test_attribution import plts
+
+    tiny_cfg.normalization_type = None
+    model = GPT(tiny_cfg)
+    model.init_weights(seed=0)
+    tcs = plts(tiny_cfg.d_model, tiny_cfg.n_layers, skip=True)
+    for layer, tc in enumerate(tcs):
+        tc.cfg.metadata["hook_name"] = f"blocks.{layer}.hook_resid_mid"
+    tokens = torch.tensor([0, 5, 9, 17, 3, 42, 8, 61, 23, 7])
+    attribute(model, tokens, tcs)  # runs
+    qk = qk_attribution(model, tokens, tcs, layer=1, head=0, query_pos=8, key_pos=3)
+    _, cache = model.run_with_cache(tokens[None])
+    assert qk.score == pytest.approx(float(cache["blocks.1.attn.hook_attn_scores"][0, 0, 8, 3]), rel=1e-5)
+    assert qk.total == pytest.approx(qk.score, rel=1e-4, abs=1e-4 * float(qk.matrix.abs().max()))

@@ -219,6 +219,8 @@ def _record(model: Any, tokens: Tensor, readers: Readers, layer: int) -> dict[st
             (f"blocks.{lay}.hook_mlp_out", keep("mlp_out", lay)),
             (readers.input_hook(lay), keep("x", lay)),
         ]
+    # A model without LayerNorm (normalization_type=None) has no ln1.hook_scale: nothing to record there.
+    hooks = [(name, fn) for name, fn in hooks if name in model.hook_dict]
     with torch.no_grad(), model.hooks(fwd_hooks=hooks):
         model(tokens[None], stop_at_layer=layer + 1)
     return rec
