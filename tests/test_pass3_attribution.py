@@ -258,3 +258,49 @@ def test_qk_attribution_on_a_model_without_layer_norm(tiny_cfg: Any) -> None:
     _, cache = model.run_with_cache(tokens[None])
     assert qk.score == pytest.approx(float(cache["blocks.1.attn.hook_attn_scores"][0, 0, 8, 3]), rel=1e-5)
     assert qk.total == pytest.approx(qk.score, rel=1e-4, abs=1e-4 * float(qk.matrix.abs().max()))
+
+
+# ----------------------------------------------------------------------------------------------------
+# the graph page opens at the logit end, and a redraw keeps the reader's scroll (headless Chromium)
+# ----------------------------------------------------------------------------------------------------
+LOGITS_IN_VIEW = (
+    "(() => { const w = document.getElementById('graph-wrap').getBoundingClientRect();"
+    " const xs = [...document.querySelectorAll('#graph .node.kind-logit')].map(g => g.getBoundingClientRect());"
+    " return xs.length > 0 && xs.every(r => r.left >= w.left && r.right <= w.right); })()"
+)
+
+
+def slide(value: str) -> str:
+    """JavaScript moving the node-threshold slider to `value`, as a person's input does."""
+    return (
+        f"(() => {{ const s = document.getElementById('node-threshold'); s.value = '{value}';"
+        " s.dispatchEvent(new Event('input', {bubbles: true})); })()"
+    )
+
+
+def test_the_graph_page_opens_at_the_logit_end(tiny: GPT, tcs: Any, tmp_path: Any) -> None:
+    from test_attribution_viewer_browser import open_page
+    from test_viewer_browser import CHROMIUM, DevTools
+
+    from interp_gpt.attribution import graph_page
+
+    if CHROMIUM is None:
+        pytest.skip("headless Chromium not found on PATH (Debian: apt-get install -y chromium)")
+    prompt = "The quick brown fox jumps over the lazy dog, and then the dog chases the fox all the way back home again"
+    page = graph_page(attribute(tiny, prompt, tcs), tmp_path / "graph.html", model=tiny)
+    browser = DevTools(width=1400, height=1000)
+    try:
+        open_page(browser, page)
+        wrap = "document.getElementById('graph-wrap')"
+        width, view = browser.js(f"[{wrap}.scrollWidth, {wrap}.clientWidth]")
+        assert width > view  # the graph is wider than the window: a scroll bar
+        assert browser.js(f"{wrap}.scrollLeft") == pytest.approx(width - view, abs=2)  # at the logit end
+        assert browser.js(LOGITS_IN_VIEW)
+        # a redraw at the logit end stays there; scrolled elsewhere, it keeps its place
+        browser.js(slide("0.7"))
+        assert browser.js(LOGITS_IN_VIEW)
+        browser.js(f"{wrap}.scrollLeft = 40")
+        browser.js(slide("0.8"))
+        assert browser.js(f"{wrap}.scrollLeft") == pytest.approx(40, abs=2)
+    finally:
+        browser.close()
