@@ -304,3 +304,69 @@ def test_the_graph_page_opens_at_the_logit_end(tiny: GPT, tcs: Any, tmp_path: An
         assert browser.js(f"{wrap}.scrollLeft") == pytest.approx(40, abs=2)
     finally:
         browser.close()
+
+
+# ----------------------------------------------------------------------------------------------------
+# property tests on random prompts: every edge is the change in its target when its source is removed from
+# the frozen replacement model (brute force); every intervention is what plain hooks give
+# ----------------------------------------------------------------------------------------------------
+def random_prompt(seed: int, d_vocab: int) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    n = int(torch.randint(4, 14, (1,), generator=g))
+    return torch.randint(0, d_vocab, (n,), generator=g)
+
+
+@pytest.mark.parametrize("seed", [11, 12, 13, 14])
+def test_edges_equal_brute_force_ablation_on_random_prompts(tiny_model: GPT, seed: int) -> None:
+    from test_attribution import Frozen, a_clt, plts, target_rows
+
+    d, n = tiny_model.cfg.d_model, tiny_model.cfg.n_layers
+    tokens = random_prompt(seed, tiny_model.cfg.d_vocab)
+    tcs = a_clt(d, n, skip=True) if seed % 2 else plts(d, n, skip=True, seed=seed)
+    graph = attribute(tiny_model, tokens, tcs, batch_size=5)
+    fz = Frozen(tiny_model, tokens, tcs)
+    n_active, n_pos = graph.active_features.shape[0], graph.n_pos
+    assert n_pos == tokens.shape[0] and n_active > 0
+    clean = fz.targets(graph, *fz.run())
+    rows = target_rows(graph)
+    g = torch.Generator().manual_seed(seed)
+    sources: list[tuple[int, dict]] = [
+        (int(i), {"features": [tuple(graph.active_features[int(i)].tolist())]})
+        for i in torch.randperm(n_active, generator=g)[:5]
+    ]
+    for _ in range(3):
+        layer, pos = int(torch.randint(0, n, (1,), generator=g)), int(torch.randint(0, n_pos, (1,), generator=g))
+        sources.append((n_active + layer * n_pos + pos, {"errors": [(layer, pos)]}))
+    for pos in torch.randperm(n_pos, generator=g)[:3].tolist():
+        sources.append((n_active + n * n_pos + pos, {"embeds": [pos]}))
+    scale = float(graph.adjacency_matrix.abs().max())
+    for node, removed in sources:
+        brute = clean - fz.targets(graph, *fz.run(**removed))
+        column = graph.adjacency_matrix[rows, node]
+        torch.testing.assert_close(column, brute, rtol=1e-4, atol=1e-4 * scale, msg=f"source node {node}: {removed}")
+
+
+@pytest.mark.parametrize("seed", [21, 22, 23])
+def test_interventions_equal_plain_hooks_on_random_prompts(tiny_model: GPT, seed: int, monkeypatch: Any) -> None:
+    import test_attribution_intervention as reference_module
+    from test_attribution import a_clt, plts
+
+    d, n = tiny_model.cfg.d_model, tiny_model.cfg.n_layers
+    tokens = random_prompt(seed, tiny_model.cfg.d_vocab)
+    monkeypatch.setattr(reference_module, "TOKENS", tokens)  # the reference reads its prompt from there
+    tcs = a_clt(d, n, skip=True) if seed % 2 else plts(d, n, skip=False, seed=seed)
+    g = torch.Generator().manual_seed(seed)
+    n_pos, d_sae = tokens.shape[0], 30
+    ivs = []
+    for _ in range(4):
+        layer, pos = int(torch.randint(0, n, (1,), generator=g)), int(torch.randint(0, n_pos, (1,), generator=g))
+        ivs.append(
+            (layer, pos, int(torch.randint(0, d_sae, (1,), generator=g)), float(torch.randn(1, generator=g)) * 3)
+        )
+    ivs.append((1, slice(int(torch.randint(0, n_pos, (1,), generator=g)), None), 4, 0.0))
+    for freeze in (True, False):
+        want_logits, want_acts = reference_module.reference(tiny_model, tcs, ivs, freeze)
+        logits, acts = feature_intervention(tiny_model, tokens, tcs, ivs, freeze_attention=freeze)
+        assert acts is not None
+        torch.testing.assert_close(logits, want_logits, rtol=1e-5, atol=1e-5 * float(want_logits.abs().max()))
+        torch.testing.assert_close(acts, want_acts, rtol=1e-5, atol=1e-5 * float(want_acts.abs().max()))
