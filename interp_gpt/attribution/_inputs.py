@@ -59,8 +59,9 @@ def in_model_dtype(model: GPT, readers: Readers) -> Readers:
         torch.float64
     """
     dtype, device = model.W_E.dtype, model.W_E.device
-    modules = readers.plts if readers.plts is not None else [readers.clt]
-    if all(m.dtype == dtype and m.device == device for m in modules):  # type: ignore[union-attr]
+    modules: list[Transcoder | CrossLayerTranscoder] = []
+    modules += readers.plts if readers.plts is not None else [readers.clt] if readers.clt is not None else []
+    if all(m.dtype == dtype and m.device == device for m in modules):
         return readers
     moved = [copy.deepcopy(m).to(device=device, dtype=dtype) for m in modules]
     return Readers(moved if readers.plts is not None else moved[0], readers.n_layers)  # type: ignore[arg-type]
