@@ -62,6 +62,7 @@ class Frozen:
         self.model, self.tokens, self.tcs = model, tokens, tcs
         self.n = model.cfg.n_layers
         self.clt = isinstance(tcs, CrossLayerTranscoder)
+        self.bos = 1 if model.tokenizer is not None else 0  # without a tokenizer no BOS is put first
         names = lambda name: name.endswith(("hook_pattern", "hook_scale", "ln2.hook_normalized", "hook_mlp_out"))  # noqa: E731
         with torch.no_grad():
             _, self.cache = model.run_with_cache(tokens[None], names_filter=names)
@@ -73,7 +74,7 @@ class Frozen:
             else:
                 self.acts = [tcs[i].encode(self.x[i]) for i in range(self.n)]
             for a in self.acts:
-                a[0] = 0  # position 0 (the BOS) is no node's value
+                a[: self.bos] = 0  # position 0, where it is a BOS (a tokenizer put it there), is no node's value
             self.errors = []
             for i in range(self.n):
                 rec = (
@@ -82,7 +83,7 @@ class Frozen:
                     else tcs[i].decode(self.acts[i], self.x[i])
                 )
                 err = self.mlp_out[i] - rec
-                err[0] = 0
+                err[: self.bos] = 0
                 self.errors.append(err)
 
     def skip(self, i: int, x: torch.Tensor) -> torch.Tensor:

@@ -46,6 +46,14 @@ class _Tokenizer:
         return str(ids.tolist() if isinstance(ids, torch.Tensor) else ids)
 
 
+def our_model(hf_checkpoint_dir: Path) -> GPT:
+    """Ours on the same checkpoint, with the same tokenizer stub: token 0 is its BOS for both (without a
+    tokenizer ours would take position 0 as the prompt's first token and keep its features)."""
+    model = GPT.from_pretrained_no_processing(str(hf_checkpoint_dir))
+    model.tokenizer = _Tokenizer()
+    return model
+
+
 def their_model(hf_model, transcoders):  # type: ignore[no-untyped-def]
     model = their_replacement_model(hf_model, transcoders)
     model.tokenizer = _Tokenizer()
@@ -105,7 +113,7 @@ def test_plt_graph_equals_circuit_tracers(hf_model, hf_checkpoint_dir: Path, kin
     n, d = hf_model.config.n_layer, hf_model.config.n_embd
     tset, mine = plts(kind, skip, d, n, seed=3)
     ref = ct_attribute(TOKENS, their_model(hf_model, tset), batch_size=16)
-    model = GPT.from_pretrained_no_processing(str(hf_checkpoint_dir))
+    model = our_model(hf_checkpoint_dir)
     graph = attribute(model, TOKENS, mine, batch_size=16)
     assert graph.n_features > 20
     print(kind, skip, assert_graphs_equal(graph, ref))
@@ -117,7 +125,7 @@ def test_clt_graph_equals_circuit_tracers(hf_model, hf_checkpoint_dir: Path, kin
     n, d = hf_model.config.n_layer, hf_model.config.n_embd
     theirs, mine = clt(kind, skip, d, n, seed=4)
     ref = ct_attribute(TOKENS, their_model(hf_model, theirs), batch_size=16)
-    model = GPT.from_pretrained_no_processing(str(hf_checkpoint_dir))
+    model = our_model(hf_checkpoint_dir)
     graph = attribute(model, TOKENS, mine, batch_size=16)
     assert graph.n_features > 20
     print("clt", kind, skip, assert_graphs_equal(graph, ref))
@@ -128,7 +136,7 @@ def test_feature_selection_and_targets_equal_circuit_tracers(hf_model, hf_checkp
     n, d = hf_model.config.n_layer, hf_model.config.n_embd
     tset, mine = plts("jumprelu", True, d, n, seed=5)
     theirs = their_model(hf_model, tset)
-    model = GPT.from_pretrained_no_processing(str(hf_checkpoint_dir))
+    model = our_model(hf_checkpoint_dir)
     ref = ct_attribute(TOKENS, theirs, max_feature_nodes=30, batch_size=8, update_interval=2)
     graph = attribute(model, TOKENS, mine, max_feature_nodes=30, batch_size=8, update_interval=2)
     assert graph.n_features == 30 < graph.active_features.shape[0]

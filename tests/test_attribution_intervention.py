@@ -38,7 +38,7 @@ def reference(
     def encode(x: torch.Tensor, layer: int) -> torch.Tensor:
         W, b = (tcs.W_enc[layer], tcs.b_enc[layer]) if is_clt else (tcs[layer].W_enc, tcs[layer].b_enc)
         r = F.relu(x[0] @ W + b)
-        r[0] = 0
+        r[: 1 if model.tokenizer is not None else 0] = 0  # the BOS; no BOS is put first without a tokenizer
         return r
 
     def read(x: torch.Tensor, hook: Any, layer: int) -> None:

@@ -15,9 +15,8 @@ import pytest
 import torch
 
 pytest.importorskip("circuit_tracer", reason="circuit-tracer 0.5 needs its own venv (.venv-ct, see .ci/run)")
-from test_attribution_circuit_tracer import TOKENS, clt, plts, their_model  # noqa: E402
+from test_attribution_circuit_tracer import TOKENS, clt, our_model, plts, their_model  # noqa: E402
 
-from interp_gpt import GPT  # noqa: E402
 from interp_gpt.attribution import feature_intervention, feature_intervention_generate  # noqa: E402
 
 TOL = 1e-4
@@ -44,7 +43,7 @@ def assert_close(mine: torch.Tensor, ref: torch.Tensor, what: str) -> float:
 
 def compare(hf_model, hf_checkpoint_dir: Path, theirs_tc, mine_tc, label: str) -> None:  # type: ignore[no-untyped-def]
     theirs = their_model(hf_model, theirs_tc)
-    model = GPT.from_pretrained_no_processing(str(hf_checkpoint_dir))
+    model = our_model(hf_checkpoint_dir)
     ivs = interventions(model.cfg.n_layers)
     for freeze in (True, False):
         for post in (True, False):
@@ -97,7 +96,7 @@ def test_generation_equals_circuit_tracers(hf_model, hf_checkpoint_dir: Path, wh
     else:
         theirs_tc, mine = plts(which.split("-")[0], which.endswith("skip"), d, n, seed=15)
     theirs = their_model(hf_model, theirs_tc)
-    model = GPT.from_pretrained_no_processing(str(hf_checkpoint_dir))
+    model = our_model(hf_checkpoint_dir)
     ivs = interventions(n)
     ref_tokens, ref_logits, ref_acts = theirs.feature_intervention_generate(
         TOKENS[None], ivs, max_new_tokens=5, do_sample=False, stop_at_eos=False, verbose=False

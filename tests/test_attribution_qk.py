@@ -53,10 +53,15 @@ def term_vector(model: GPT, tcs: Any, c: dict[str, torch.Tensor], term: QKTerm, 
     kind, lay, i = term
     if kind in ("embed", "pos_embed"):
         return c[f"hook_{kind}"][pos]
+    # The part of every value that is the same at every key (b_V, and ln1.b @ W_V with LayerNorm unfolded)
+    # reaches z whole (the pattern sums to 1): it is counted with b_O, where fold_ln / fold_value_biases put it.
+    attn, ln = model.blocks[lay].attn, model.blocks[lay].ln1
+    const = attn.b_V + (torch.einsum("m,hmd->hd", ln.b, attn.W_V) if ln.has_params else 0)
+    const_out = torch.einsum("hd,hdm->hm", const, attn.W_O).detach()  # [n_heads, d_model]
     if kind == "head":
-        return c[f"blocks.{lay}.attn.hook_result"][pos, i]
+        return c[f"blocks.{lay}.attn.hook_result"][pos, i] - const_out[i]
     if kind == "attn_bias":
-        return model.blocks[lay].attn.b_O.detach()
+        return attn.b_O.detach() + const_out.sum(0)
     if isinstance(tcs, CrossLayerTranscoder):
         xs = torch.stack([c[f"blocks.{j}.ln2.hook_normalized"][pos] for j in range(model.cfg.n_layers)])
         acts = tcs.encode(xs)  # [n_layers, d_sae]

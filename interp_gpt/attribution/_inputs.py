@@ -16,6 +16,7 @@ they are given themselves.
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 from torch import Tensor
@@ -46,6 +47,36 @@ def prepare(model: Any, prompt: Any, transcoders: Any, caller: str) -> tuple[GPT
     tokens = prompt_tokens(model, prompt, caller)
     readers = check_transcoders(model, transcoders, caller)
     return model, tokens, readers
+
+
+def in_model_dtype(model: GPT, readers: Readers) -> Readers:
+    """`readers` with its transcoders in the model's dtype and on its device, to be spliced into the model
+    (a splice takes only a module of the model's dtype): copies where they differ (the caller's transcoders
+    are never changed), as `attribute` reads float32 transcoders on a float64 or bfloat16 model.
+
+    Example:
+        >>> in_model_dtype(model_in_float64, readers).dtype
+        torch.float64
+    """
+    dtype, device = model.W_E.dtype, model.W_E.device
+    modules: list[Transcoder | CrossLayerTranscoder] = []
+    modules += readers.plts if readers.plts is not None else [readers.clt] if readers.clt is not None else []
+    if all(m.dtype == dtype and m.device == device for m in modules):
+        return readers
+    moved = [copy.deepcopy(m).to(device=device, dtype=dtype) for m in modules]
+    return Readers(moved if readers.plts is not None else moved[0], readers.n_layers)  # type: ignore[arg-type]
+
+
+def bos_positions(model: GPT) -> slice:
+    """The positions whose features and error vectors are no node's value: position 0 where it is a BOS
+    (with a tokenizer `prompt_tokens` puts one first unless the prompt starts with a special token), none
+    without a tokenizer (no BOS is put first, so position 0 is the prompt's own first token).
+
+    Example:
+        >>> bos_positions(GPT.from_pretrained("tiny-gpt2"))
+        slice(0, 1, None)
+    """
+    return slice(0, 1) if getattr(model, "tokenizer", None) is not None else slice(0, 0)
 
 
 def check_transcoders(model: GPT, transcoders: Any, caller: str) -> Readers:

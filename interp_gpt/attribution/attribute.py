@@ -5,7 +5,8 @@ and next-token logits) of a prompt in a local replacement model -- circuit-trace
 0. **Local replacement model** (replacement.py): attention patterns and LayerNorm scales frozen, MLPs
    replaced by the transcoders (hooks on an unchanged model), so every direct effect is one gradient.
 1. **Forward pass** (replacement.py): `batch_size` copies of the prompt, each layer's transcoder input and
-   MLP output and the embeddings recorded; position 0 (the BOS) zeroed: it is no node's value.
+   MLP output and the embeddings recorded; position 0 (the BOS) zeroed: it is no node's value (a model
+   with no tokenizer gets no BOS put first: its position 0 is the prompt's first token, kept).
 2. **Logit targets** (targets.py): the top logits until `desired_logit_prob` or `max_n_logits` (or the
    targets given), each a demeaned unembedding direction through the frozen ln_final.
 3. **Logit attribution**: a backward pass per batch of targets; a row holds, per source, the gradient at
@@ -36,7 +37,7 @@ from tqdm.auto import tqdm  # type: ignore[import-untyped]
 from ..checks import check_int_in_range
 from ..sae.transcoders.clt import CrossLayerTranscoder
 from ..sae.transcoders.model import Transcoder
-from ._inputs import prepare
+from ._inputs import bos_positions, prepare
 from .graph import AttributionGraph
 from .replacement import ForwardPass, Readers, run_forward
 from .sparse import RowPieces, cone_nonzeros, csr_bytes
@@ -45,9 +46,11 @@ from .targets import logit_targets
 __all__ = ["attribute"]
 
 _CALLER = "attribute"
-_ZERO_POSITIONS = slice(0, 1)  # the BOS: its features and error vectors are zeroed, as circuit-tracer does
 
 
+# Under a caller's torch.inference_mode() too: the graph is gradients, so inference mode is switched off
+# here (torch.enable_grad alone does not), and token ids made inside an inference block are copied out of it.
+@torch.inference_mode(False)
 def attribute(
     model: Any,
     prompt: str | Tensor | list[int],
@@ -67,7 +70,8 @@ def attribute(
     Args:
         model: a `GPT`.
         prompt: text, or token ids (a list or a 1-D tensor). A BOS is put first unless the prompt
-            starts with the tokenizer's BOS, EOS or pad token (position 0 is no node's value).
+            starts with the tokenizer's BOS, EOS or pad token (position 0 is no node's value). A model
+            with no tokenizer takes the ids as they are: no BOS is put first and position 0 is kept.
         transcoders: one `Transcoder` per layer (a list, layer 0 first; every layer needs one) or a
             `CrossLayerTranscoder`, reading `blocks.L.ln2.hook_normalized` (or another hook of block L
             before its MLP) and writing `blocks.L.hook_mlp_out`.
@@ -88,12 +92,15 @@ def attribute(
         verbose: a progress bar over the feature targets.
     """
     model, tokens, readers = prepare(model, prompt, transcoders, _CALLER)
+    if tokens.is_inference():  # made in an inference block: it cannot be saved for the backward passes
+        tokens = tokens.clone()
     batch_size = _check_options(
         max_n_logits, desired_logit_prob, max_feature_nodes, batch_size, update_interval, sparse, tokens.device
     )
 
     # Phases 0 and 1: the local replacement model and its forward pass
-    fwd = run_forward(model, tokens, readers, batch_size, _ZERO_POSITIONS)
+    # the BOS's features and error vectors are zeroed, as circuit-tracer does (none without a tokenizer)
+    fwd = run_forward(model, tokens, readers, batch_size, bos_positions(model))
     n_layers, n_pos = model.cfg.n_layers, tokens.shape[0]
     acts = torch.stack(fwd.activations)  # [n_layers, pos, d_sae]
     active = acts.nonzero()  # [n_active, 3] (layer, pos, feature), in that order

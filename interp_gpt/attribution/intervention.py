@@ -6,13 +6,15 @@ them, and a hook at each intervened layer's `blocks.L.hook_mlp_out.hook_sae_acts
 features: `(new - current) x W_dec` more goes into that layer's MLP output (a CLT's: that and later layers').
 circuit-tracer's definitions, kept: an intervention is `(layer, pos, feature, value)` (`pos` an int, slice
 or tensor; `feature` an int or tensor; later ones at the same place win); the current activation is the
-transcoder's reading in the intervened run, position 0 (the BOS) read as 0; `freeze_attention=True` holds
-every attention pattern at the clean run's (not LayerNorm scales or MLPs); the activations returned are the
-readings of the intervened run `[n_layers, pos, d_sae]` (what each layer read, not the values set);
-generation: the first step carries every intervention, each new token the open-ended ones (`pos` a slice
-with no stop), unfrozen, one logits row per token; `constrained_layers` (first pass only): those layers'
-MLP outputs are the clean run's plus the change of the skip term, only they take decoder rows, patterns
-held (all layers: LayerNorm scales too: direct effects). The prompt is read as `attribute` reads it.
+transcoder's reading in the intervened run, position 0 (the BOS) read as 0 (a model without a tokenizer has
+no BOS put first: its position 0 is kept); `freeze_attention=True` holds every attention pattern at the
+clean run's (not LayerNorm scales or MLPs); the activations returned are the readings of the intervened run
+`[n_layers, pos, d_sae]` (what each layer read, not the values set); generation: the first step carries
+every intervention, each new token the open-ended ones (`pos` a slice with no stop; one starting after the
+prompt, e.g. `slice(n_prompt, None)`, steers the new tokens only; its value must fit one token's places),
+unfrozen, one logits row per token; `constrained_layers` (first pass only): those layers' MLP outputs are
+the clean run's plus the change of the skip term, only they take decoder rows, patterns held (all layers:
+LayerNorm scales too: direct effects). The prompt is read as `attribute` reads it.
 
 Example (tiny-gpt2 and its shipped transcoders):
     >>> from interp_gpt import GPT
@@ -29,6 +31,7 @@ Example (tiny-gpt2 and its shipped transcoders):
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -36,18 +39,23 @@ import torch
 from torch import Tensor
 
 from ..checks import check_int_in_range
-from ._inputs import prepare
+from ._inputs import bos_positions, in_model_dtype, prepare
 
 __all__ = ["feature_intervention", "feature_intervention_generate"]
-
-_ZERO = slice(0, 1)  # position 0 (the BOS) reads as 0, as circuit-tracer zeroes it
 
 
 def _is_int(x: Any) -> bool:
     return isinstance(x, int) and not isinstance(x, bool)
 
 
-def _check_index(x: Any, size: int, what: str, arg: str, caller: str, slices: bool) -> None:
+def _show(value: Tensor) -> str:
+    """A value tensor for a message: its numbers if few, else its shape."""
+    if value.numel() <= 6:
+        return repr(value.tolist())
+    return f"a tensor of shape {tuple(value.shape)}"
+
+
+def _check_index(x: Any, size: int, what: str, arg: str, caller: str, slices: bool, new_ok: bool = False) -> None:
     """An int, an integer tensor (or, with `slices`, a slice) indexing `size` entries."""
     if slices and isinstance(x, slice):
         for end in ("start", "stop", "step"):
@@ -56,7 +64,7 @@ def _check_index(x: Any, size: int, what: str, arg: str, caller: str, slices: bo
                 raise TypeError(f"{caller}: {arg}: {x!r} has a {type(v).__name__} {end}; expected ints")
         if x.step is not None and x.step <= 0:
             raise ValueError(f"{caller}: {arg}: {x!r} has step {x.step}; expected a positive step")
-        if not range(size)[x]:
+        if not range(size)[x] and not (new_ok and _new_only(x, size)):
             raise ValueError(f"{caller}: {arg}: {x!r} selects none of the {size} {what}")
         return
     if isinstance(x, Tensor):
@@ -73,10 +81,16 @@ def _check_index(x: Any, size: int, what: str, arg: str, caller: str, slices: bo
         raise ValueError(f"{caller}: {arg}={bad[0]} is out of range: there are {size} {what} (0..{size - 1})")
 
 
+def _new_only(x: slice, n_pos: int) -> bool:
+    """Whether `x` is open-ended from a position after the prompt: in generation, the new tokens' alone."""
+    return x.stop is None and x.start is not None and x.start >= n_pos
+
+
 def _check_interventions(
-    interventions: Any, n_layers: int, n_pos: int, d_sae: int, caller: str
+    interventions: Any, n_layers: int, n_pos: int, d_sae: int, caller: str, generating: bool = False
 ) -> dict[int, list[tuple[Any, Any, Any]]]:
-    """The interventions by layer, each checked by name."""
+    """The interventions by layer, each checked by name; `generating`: an open-ended slice may start after
+    the prompt (it then steers the new tokens only), and its value must fit one new token's places."""
     if not isinstance(interventions, Sequence) or isinstance(interventions, (str, bytes)):
         raise TypeError(
             f"{caller}: interventions: expected a list of (layer, pos, feature, value), got {type(interventions).__name__}"
@@ -93,16 +107,63 @@ def _check_interventions(
             raise TypeError(f"{caller}: {arg}: layer={layer!r}: expected an int")
         if not 0 <= layer < n_layers:
             raise ValueError(f"{caller}: {arg}: layer={layer} is out of range: the model has layers 0..{n_layers - 1}")
-        _check_index(pos, n_pos, "positions", f"{arg}: pos", caller, slices=True)
+        _check_index(pos, n_pos, "positions", f"{arg}: pos", caller, slices=True, new_ok=generating)
         _check_index(feature, d_sae, "features", f"{arg}: feature", caller, slices=False)
         if isinstance(value, bool) or not isinstance(value, (int, float, Tensor)):
             raise TypeError(f"{caller}: {arg}: value={value!r}: expected a number or a tensor")
         if isinstance(value, Tensor):
+            if value.is_complex() or value.dtype == torch.bool:
+                raise TypeError(f"{caller}: {arg}: value is a {value.dtype} tensor; expected real numbers")
             value = value.detach()
-        elif value != value or value in (float("inf"), float("-inf")):
+            if not bool(torch.isfinite(value).all()):
+                raise ValueError(
+                    f"{caller}: {arg}: value={_show(value)} holds a non-finite number (nan or inf); expected finite "
+                    "numbers (a nan or inf set at one position reaches every logit through the LayerNorms)"
+                )
+        elif not math.isfinite(value):
             raise ValueError(f"{caller}: {arg}: value={value}: expected a finite number")
+        shape = _places(pos, feature, n_pos, f"{arg}: pos", f"{arg}: feature", caller)
+        _check_value_fits(value, shape, f"{arg}: value", "the places pos and feature select", caller)
+        if generating and isinstance(pos, slice) and pos.stop is None:
+            what = "each new token's places (pos is open-ended: every new token takes it, at its one position)"
+            _check_value_fits(value, _shape(feature), f"{arg}: value", what, caller)
         by_layer.setdefault(layer, []).append((pos, feature, value))
     return by_layer
+
+
+def _shape(x: Any) -> tuple[int, ...]:
+    return tuple(x.shape) if isinstance(x, Tensor) else ()
+
+
+def _places(pos: Any, feature: Any, n_pos: int, pos_arg: str, feature_arg: str, caller: str) -> tuple[int, ...]:
+    """The shape of the places `delta[pos, feature]` selects (torch's indexing: a slice of positions times the
+    features; integer tensors broadcast together), or a ValueError naming both and their lengths."""
+    if isinstance(pos, slice):
+        return (len(range(n_pos)[pos]),) + _shape(feature)
+    try:
+        return tuple(torch.broadcast_shapes(_shape(pos), _shape(feature)))
+    except RuntimeError:
+        raise ValueError(
+            f"{caller}: {pos_arg} has {pos.numel()} positions and {feature_arg} {feature.numel()} features: "
+            "two tensors are paired place by place (position i with feature i), so they need the same length "
+            "(or one of length 1); for every feature at every position pass pos as a slice, or pos[:, None]"
+        ) from None
+
+
+def _check_value_fits(value: Any, shape: tuple[int, ...], arg: str, what: str, caller: str) -> None:
+    """A tensor value must broadcast to the `shape` of the places it is set at (a number always does)."""
+    if not isinstance(value, Tensor):
+        return
+    try:
+        fits = tuple(torch.broadcast_shapes(value.shape, shape)) == shape
+    except RuntimeError:
+        fits = False
+    if not fits:
+        shown = f"{arg} has shape" if value.numel() > 6 else f"{arg}={_show(value)} has shape"
+        raise ValueError(
+            f"{caller}: {shown} {tuple(value.shape)}; {what} have shape {shape}: expected one number, or a "
+            "tensor of that shape (or one that broadcasts to it)"
+        )
 
 
 def _check_constrained(layers: Any, n_layers: int, caller: str) -> set[int] | None:
@@ -136,7 +197,9 @@ class _Run:
     def __init__(self, model: Any, readers: Any, by_layer: dict, open_ended: dict, record: bool, post: bool):
         self.model, self.readers, self.by_layer, self.open_ended = model, readers, by_layer, open_ended
         self.record, self.post = record, post
+        self.bos = bos_positions(model)  # position 0 (the BOS) reads as 0, as circuit-tracer zeroes it
         self.step = -1  # the pass: 0 the prompt, then one per generated token
+        self.n_prompt = 0  # the prompt's length (generation: where the new tokens start)
         self.acts: list[list[Tensor]] = [[] for _ in range(model.cfg.n_layers)]
         self.logits: list[Tensor] = []
         self.frozen: dict[str, Tensor] = {}  # hook name -> the clean run's value (first pass)
@@ -169,7 +232,7 @@ class _Run:
             self.clean_out[layer] = cache[f"blocks.{layer}.hook_mlp_out"]
             self.clean_in[layer] = cache[self.readers.input_hook(layer)]
             reading = cache[f"blocks.{layer}.hook_mlp_out.hook_sae_acts_post"][0].clone()
-            reading[_ZERO] = 0
+            reading[self.bos] = 0
             self.original[layer] = reading
 
     def hooks(self) -> list[tuple[str, Any]]:
@@ -220,7 +283,7 @@ class _Run:
     def _reading(self, x: Tensor) -> Tensor:
         reading = x[0].detach().clone()
         if self.step == 0:
-            reading[_ZERO] = 0
+            reading[self.bos] = 0
         return reading
 
     def _keep(self, layer: int, x: Tensor) -> None:
@@ -230,11 +293,22 @@ class _Run:
         reading = self._reading(x)
         if self.record and self.post:
             self.acts[layer].append(reading)
-        items = (self.by_layer if self.step == 0 else self.open_ended).get(layer)
+        items = self.by_layer.get(layer) if self.step == 0 else self._open_now(layer)
         if not items:
             return x
         base = self.original[layer] if self._first_constrained() else reading
         return x + _delta(base, items)[None]
+
+    def _open_now(self, layer: int) -> list[tuple[Any, Any, Any]]:
+        """The open-ended interventions that reach this pass's new token (its one position, 0): a slice from a
+        position at or before it (every `step`-th), or from a negative start (counted in the prompt: every one)."""
+        at = self.n_prompt + self.step - 1  # the new token's position in the whole sequence
+        kept = []
+        for pos, feature, value in self.open_ended.get(layer, []):
+            start, step = pos.start or 0, pos.step or 1
+            if start < 0 or (at >= start and (at - start) % step == 0):
+                kept.append((0, feature, value))
+        return kept
 
     def _freeze(self, x: Tensor, hook: Any) -> Tensor | None:
         return self.frozen[hook.name] if self.step == 0 else None
@@ -254,9 +328,12 @@ def _setup(
         if not isinstance(flag, bool):
             raise TypeError(f"{caller}: {name}={flag!r}: expected True or False")
     model, tokens, readers = prepare(model, prompt, transcoders, caller)
+    # spliced in, so in the model's dtype (copies): float32 transcoders on a float64 or bf16 model, as attribute
+    readers = in_model_dtype(model, readers)
     spliced = readers.plts if readers.plts is not None else readers.clt
     d_sae = readers.encoder(0).shape[1]
-    by_layer = _check_interventions(interventions, model.cfg.n_layers, tokens.shape[0], d_sae, caller)
+    generating = caller == "feature_intervention_generate"
+    by_layer = _check_interventions(interventions, model.cfg.n_layers, tokens.shape[0], d_sae, caller, generating)
     return tokens, readers, spliced, by_layer
 
 
@@ -356,10 +433,11 @@ def feature_intervention_generate(
         )
     open_ended: dict[int, list[tuple[Any, Any, Any]]] = {}
     for layer, items in by_layer.items():
-        kept = [(0, f, v) for p, f, v in items if isinstance(p, slice) and p.stop is None]
+        kept = [(p, f, v) for p, f, v in items if isinstance(p, slice) and p.stop is None]
         if kept:
             open_ended[layer] = kept
     run = _Run(model, readers, by_layer, open_ended, return_activations, apply_activation_function)
+    run.n_prompt = tokens.shape[0]
     with model.transcoders(spliced, use_error_term=True):
         if (freeze_attention or constrained is not None) and by_layer:
             run.freeze(tokens, constrained)

@@ -3,9 +3,11 @@ into query-side and key-side terms of the local replacement model (beyond circui
 after https://transformer-circuits.pub/2025/attention-qk/index.html).
 
 The residual stream entering `layer` (replacement.py's model: patterns and LayerNorm scales frozen) is a
-sum of terms: `embed`, `pos_embed`, `head L.H` (an earlier head's output z @ W_O, kept as its own term),
-`attn_bias L` (b_O), `feature L.F` (activation x decoder row), `tc_bias L` (b_dec), `skip L` (the
-transcoder's skip term), `error L` (hook_mlp_out minus the reconstruction). No position is zeroed (the BOS
+sum of terms: `embed`, `pos_embed`, `head L.H` (an earlier head's output z @ W_O, less the part of its
+values that is the same at every key), `attn_bias L` (b_O plus that part: the heads' b_V and, LayerNorm
+unfolded, ln1.b through W_V; what fold_ln and fold_value_biases move into b_O, so the split is the same on a
+processed and an unprocessed model), `feature L.F` (activation x decoder row), `tc_bias L` (b_dec), `skip L`
+(the transcoder's skip term), `error L` (hook_mlp_out minus the reconstruction). No position is zeroed (the BOS
 is often where heads look). With ln1's scale frozen each term goes through ln1 and W_Q (W_K) alone, ln1.b
 with b_Q (b_K) one more term, "bias"; so `score = q . k / sqrt(d_head) = matrix.sum()`, `matrix[i, j] =
 q_i . k_j / sqrt(d_head)`: the head's `hook_attn_scores` at (query_pos, key_pos) to float error. A row's
@@ -217,6 +219,8 @@ def _record(model: Any, tokens: Tensor, readers: Readers, layer: int) -> dict[st
             (f"blocks.{lay}.hook_mlp_out", keep("mlp_out", lay)),
             (readers.input_hook(lay), keep("x", lay)),
         ]
+    # A model without LayerNorm (normalization_type=None) has no ln1.hook_scale: nothing to record there.
+    hooks = [(name, fn) for name, fn in hooks if name in model.hook_dict]
     with torch.no_grad(), model.hooks(fwd_hooks=hooks):
         model(tokens[None], stop_at_layer=layer + 1)
     return rec
@@ -228,11 +232,16 @@ def _terms(model: Any, readers: Readers, rec: dict[str, Any], layer: int, pos: i
     vectors = [rec["embed"][pos], rec["pos_embed"][pos]]
     blocks = model.blocks
     for lay in range(layer):
-        attn = blocks[lay].attn
-        z = rec["z"][lay][pos]  # [n_heads, d_head]
-        heads = torch.einsum("hd,hdm->hm", z, attn.W_O.detach())
+        attn, W_O = blocks[lay].attn, blocks[lay].attn.W_O.detach()
+        # Each head's value has a constant part, b_V and (LayerNorm unfolded) ln1.b @ W_V, the same at every
+        # key: the pattern sums to 1, so it reaches z whole. It goes with b_O into "attn_bias", as fold_ln and
+        # fold_value_biases put it there: the split is the same whatever the processing of the model.
+        const = _value_constant(blocks[lay])  # [n_heads, d_head]
+        z = rec["z"][lay][pos] - const  # [n_heads, d_head]
+        heads = torch.einsum("hd,hdm->hm", z, W_O)
+        bias = attn.b_O.detach() + torch.einsum("hd,hdm->m", const, W_O)
         terms += [QKTerm("head", lay, h) for h in range(heads.shape[0])] + [QKTerm("attn_bias", lay, -1)]
-        vectors += list(heads) + [attn.b_O.detach()]
+        vectors += list(heads) + [bias]
 
     # The transcoders' parts of the MLP outputs of layers < layer, at `pos`.
     dtype = rec["resid"].dtype
@@ -260,6 +269,16 @@ def _terms(model: Any, readers: Readers, rec: dict[str, Any], layer: int, pos: i
             terms += [QKTerm("tc_bias", lay, -1), QKTerm("skip", lay, -1), QKTerm("error", lay, -1)]
             vectors += [(recon0 - skip).to(dtype), skip.to(dtype), rec["mlp_out"][lay][pos] - recon.to(dtype)]
     return terms, torch.stack([v.to(dtype) for v in vectors])
+
+
+def _value_constant(block: Any) -> Tensor:
+    """`[n_heads, d_head]` the part of every value of `block`'s heads that is the same at every position:
+    b_V, plus ln1's bias through W_V where ln1 has its parameters (a model loaded with fold_ln=False)."""
+    attn, ln = block.attn, block.ln1
+    const = attn.b_V.detach()
+    if getattr(ln, "has_params", False):
+        const = const + torch.einsum("m,hmd->hd", ln.b.detach(), attn.W_V.detach())
+    return const
 
 
 def _project(model: Any, rec: dict[str, Any], layer: int, head: int, pos: int, vectors: Tensor, side: str) -> Tensor:

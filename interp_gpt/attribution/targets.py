@@ -15,6 +15,7 @@ logit, as circuit-tracer's demeaned unembedding).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -33,6 +34,21 @@ def _decode(model: Any, idx: int) -> str:
     return str(tok.decode([idx])) if tok is not None else str(idx)
 
 
+def _check_unique(ids: list[int], given: list[Any]) -> None:
+    """Refuse a token given twice: it would be two logit nodes counted twice in every influence and score, and
+    two nodes with one id in the graph's JSON."""
+    first: dict[int, int] = {}
+    for i, t in enumerate(ids):
+        if t in first:
+            j = first[t]
+            same = f"{given[j]!r} and {given[i]!r} are" if given[j] != given[i] else f"{given[i]!r} is"
+            raise ValueError(
+                f"{_CALLER}: attribution_targets[{j}] and attribution_targets[{i}]: {same} token {t} twice; "
+                "give each target once (a duplicate would count twice in every influence and score)"
+            )
+        first[t] = i
+
+
 def logit_targets(
     model: Any, logits: Tensor, targets: Any, max_n_logits: int, desired_logit_prob: float
 ) -> tuple[list[LogitTarget], Tensor, Tensor]:
@@ -42,7 +58,9 @@ def logit_targets(
     d_vocab = W_U.shape[1]
     probs = torch.softmax(logits.float(), dim=-1).to(logits.dtype)
 
-    def by_index(idx: Tensor) -> tuple[list[LogitTarget], Tensor, Tensor]:
+    def by_index(idx: Tensor, given: list[Any] | None = None) -> tuple[list[LogitTarget], Tensor, Tensor]:
+        if given is not None:
+            _check_unique(idx.tolist(), given)
         vecs = (W_U[:, idx] - W_U.mean(dim=-1, keepdim=True)).T
         return [LogitTarget(_decode(model, int(i)), int(i)) for i in idx.tolist()], probs[idx], vecs
 
@@ -63,7 +81,7 @@ def logit_targets(
             raise ValueError(
                 f"{_CALLER}: attribution_targets: token ids {bad.tolist()} are outside the vocabulary 0..{d_vocab - 1}"
             )
-        return by_index(targets.to(torch.long).cpu())
+        return by_index(targets.to(torch.long).cpu(), targets.tolist())
     if isinstance(targets, (str, bytes)) or not isinstance(targets, Sequence):
         raise TypeError(
             f"{_CALLER}: attribution_targets={targets!r}: expected None, a tensor of token ids, a list of token "
@@ -87,7 +105,7 @@ def logit_targets(
                     f"{_CALLER}: attribution_targets: {s!r} is {len(enc)} tokens {enc}; each target must be one token"
                 )
             ids.append(enc[0])
-        return by_index(torch.tensor(ids))
+        return by_index(torch.tensor(ids), list(targets))
     if all(isinstance(t, tuple) for t in targets):
         labels, weights, vecs = [], [], []
         d_model = W_U.shape[0]
@@ -102,9 +120,23 @@ def logit_targets(
                 raise ValueError(
                     f"{_CALLER}: attribution_targets[{i}]: direction has shape {tuple(t[2].shape)}; expected ({d_model},)"
                 )
+            if not math.isfinite(t[1]) or t[1] < 0:
+                raise ValueError(
+                    f"{_CALLER}: attribution_targets[{i}]: weight={t[1]!r}; expected a finite number >= 0 (its share "
+                    "of the influence, as a token target's probability)"
+                )
+            if not bool(torch.isfinite(t[2]).all()):
+                raise ValueError(
+                    f"{_CALLER}: attribution_targets[{i}]: direction holds a nan or inf; expected finite numbers"
+                )
             labels.append(LogitTarget(t[0], d_vocab + i))
             weights.append(float(t[1]))
             vecs.append(t[2].detach().to(W_U.dtype).to(W_U.device))
+        if not sum(weights) > 0:
+            raise ValueError(
+                f"{_CALLER}: attribution_targets: every weight is 0; at least one target needs a weight > 0 (the "
+                "influences are shares of the weights' sum)"
+            )
         return labels, torch.tensor(weights), torch.stack(vecs)
     raise TypeError(
         f"{_CALLER}: attribution_targets={list(targets)!r}: mixes kinds; pass all token ids, all token strings, "

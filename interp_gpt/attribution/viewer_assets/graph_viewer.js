@@ -82,7 +82,7 @@
   // ----- the page's state ---------------------------------------------------------------------
   const state = {
     nt: DATA.node_threshold, et: DATA.edge_threshold, kept: null, clicked: -1, hovered: -1,
-    pinned: [], supernodes: [],
+    pinned: [], supernodes: [], drawnOnce: false,
   };
   const $ = (id) => document.getElementById(id);
   const visible = (s) => String(s).replace(/ /g, "\u2423").replace(/\n/g, "\u21b5");
@@ -153,6 +153,10 @@
     for (let i = 0; i < N; i++) if (node[i]) shown.push(i);
     const L = layout(shown);
     const svg = $("graph");
+    // The page opens at the logit end (the last positions, where the logits and most kept nodes sit); a
+    // redraw keeps the reader's scroll: at the logit end it stays there, elsewhere it keeps its place.
+    const wrap = $("graph-wrap");
+    const left = wrap.scrollLeft, atEnd = !state.drawnOnce || left + wrap.clientWidth >= wrap.scrollWidth - 2;
     svg.replaceChildren();
     svg.setAttribute("width", L.total);
     svg.setAttribute("height", L.height);
@@ -196,6 +200,8 @@
     const nodes = svgEl("g", { class: "nodes" });
     for (const i of shown) nodes.appendChild(drawNode(i, ...L.xy.get(i)));
     svg.appendChild(nodes);
+    wrap.scrollLeft = atEnd ? wrap.scrollWidth - wrap.clientWidth : left;
+    state.drawnOnce = true;
     $("counts").textContent = `${shown.length} of ${N} nodes, ${keptEdges.length} of ${E} edges drawn`;
     $("node-threshold-value").textContent = state.nt.toFixed(3);
     $("edge-threshold-value").textContent = state.et.toFixed(3);
