@@ -4,6 +4,7 @@ numbers of the model as loaded fresh, or a clear refusal naming what to do; neve
 from __future__ import annotations
 
 import copy
+import json
 import shutil
 from pathlib import Path
 from typing import Any
@@ -270,3 +271,18 @@ def test_a_circuit_tracer_sets_scan_is_kept_on_the_loaded_set_and_saved_again(tm
     assert transcoders_scan(clt) == "tiny-gpt2-clt"
     assert transcoders_scan(load_clt(save_clt(clt, tmp_path / "clt2"))) == "tiny-gpt2-clt"
     assert transcoders_scan(shipped_transcoders()) is None
+
+
+def test_a_graph_made_with_a_scanned_set_carries_its_scan_into_the_json(tmp_path: Path) -> None:
+    from interp_gpt.attribution import attribute, to_json
+
+    model = GPT.from_pretrained("tiny-gpt2")
+    folder = save_transcoders(shipped_transcoders(model), tmp_path / "set", format="circuit-tracer")
+    _add_scan(folder / "config.yaml", "tiny-gpt2-skip")
+    graph = attribute(model, "Once upon a time", load_transcoders(folder, model), batch_size=64)
+    assert graph.scan == "tiny-gpt2-skip"
+    written = json.loads(
+        Path(to_json(graph, tmp_path / "graph.json", slug="once", tokenizer=model.tokenizer)).read_text()
+    )
+    assert written["metadata"]["scan"] == "tiny-gpt2-skip"
+    assert attribute(model, "Once upon a time", shipped_transcoders(model), batch_size=64).scan is None

@@ -36,6 +36,7 @@ from tqdm.auto import tqdm  # type: ignore[import-untyped]
 
 from ..checks import check_int_in_range
 from ..sae.transcoders.clt import CrossLayerTranscoder
+from ..sae.transcoders.io import transcoders_scan
 from ..sae.transcoders.model import Transcoder
 from ._inputs import bos_positions, prepare
 from .graph import AttributionGraph
@@ -136,6 +137,7 @@ def attribute(
         adjacency_matrix=adjacency,
         cfg=model.cfg,
         vocab_size=int(model.cfg.d_vocab),
+        scan=transcoders_scan(transcoders),  # circuit-tracer's name of the set, when it was loaded with one
     )
 
 

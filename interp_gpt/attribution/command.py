@@ -153,7 +153,7 @@ def run(args: argparse.Namespace, load_model: Callable[[str], Any]) -> int:
         model, args.prompt, transcoders, max_n_logits=args.max_n_logits, desired_logit_prob=args.desired_logit_prob,
         max_feature_nodes=args.max_feature_nodes, batch_size=args.batch_size,
     )  # fmt: skip
-    graph.scan = scan
+    graph.scan = graph.scan or scan  # the set's own scan (circuit-tracer's config.yaml), else its path's name
     slug = args.slug or default_slug(graph)
     thresholds = {"node_threshold": args.node_threshold, "edge_threshold": args.edge_threshold}
     node_mask, edge_mask, _ = prune_graph(graph, **thresholds)
