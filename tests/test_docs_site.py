@@ -34,6 +34,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_viewer_browser import CHROMIUM, FLAGS, DevTools  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "scripts"))
+from public_api import LAYOUT  # noqa: E402  (the house's folders, documented where users meet their names)
+
 NOTEBOOKS = sorted(p.stem for p in (REPO / "demos").glob("*.ipynb"))
 # A tag that makes the browser fetch what it names (an <a href> does not, until clicked).
 FETCHING = re.compile(
@@ -62,6 +65,8 @@ def _public_modules() -> dict[str, list[str]]:
     found = {}
     for init in sorted((REPO / "interp_gpt").glob("**/__init__.py")):
         module = ".".join(init.parent.relative_to(REPO).parts)
+        if module in LAYOUT:
+            continue
         names = getattr(importlib.import_module(module), "__all__", None)
         if names is not None:
             found[module] = list(names)
