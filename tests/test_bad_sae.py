@@ -135,19 +135,19 @@ def test_feature_report_refuses_a_hook_the_model_lacks_with_close_names(model: G
         feature_report(model, {"d_in": 64}, tokens, 0)  # type: ignore[arg-type]
 
 
-def test_an_sae_trained_on_another_model_warns_by_name(tokens: torch.Tensor) -> None:
+def test_an_sae_trained_on_another_model_is_refused_by_name(tokens: torch.Tensor) -> None:
     torch.manual_seed(0)
     gpt2 = GPT(Config(**TINY, model_name="gpt2")).eval()
     other = _sae(64, "blocks.1.hook_resid_pre", metadata={"model_name": "pythia-70m"})
-    with pytest.warns(
-        UserWarning, match=r"trained on 'pythia-70m' \(its cfg\.metadata\.model_name\) but the model is 'gpt2'"
+    with pytest.raises(
+        ValueError, match=r"the SAE is for 'pythia-70m' \(its cfg\.metadata\.model_name\) but the model is 'gpt2'"
     ):
         feature_report(gpt2, other, tokens, 0)
-    with pytest.warns(UserWarning, match="trained on 'pythia-70m'"):
+    with pytest.raises(ValueError, match=r"is for 'pythia-70m'.*SAE\.from_pretrained\(\.\.\., model_name='gpt2'\)"):
         gpt2.add_sae(other)
-    gpt2.reset_saes()
+    assert gpt2.acts_to_saes == {}
     with warnings.catch_warnings():
-        warnings.simplefilter("error")  # the same model under another spelling: no warning
+        warnings.simplefilter("error")  # the same model under another spelling: neither refused nor warned
         for name in ("gpt2", "gpt2-small", "openai-community/gpt2", "GPT2"):
             feature_logits(gpt2, _sae(64, "blocks.1.hook_resid_pre", metadata={"model_name": name}), 0)
         feature_logits(gpt2, _sae(64, "blocks.1.hook_resid_pre"), 0)  # no model_name recorded
@@ -228,16 +228,16 @@ def test_features_command_with_an_sae_that_does_not_fit_is_one_line_and_status_2
     assert "Traceback" not in err and out == ""
 
 
-def test_features_command_warns_in_one_line_for_another_model(
+def test_features_command_refuses_another_models_sae_in_one_line(
     tmp_path: Path, corpus: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     _sae(128, "blocks.1.hook_resid_pre", d_sae=32, metadata={"model_name": "gpt2-medium"}).save_model(tmp_path / "s")
     rc = main(["features", "tiny-gpt2", str(tmp_path / "s"), "--feature", "1", "--data", str(corpus),
                "--max-windows", "2"])  # fmt: skip
     out, err = capsys.readouterr()
-    assert rc == 0, err
-    assert err.count("\n") == 1 and "warning: sae: the SAE was trained on 'gpt2-medium'" in err and "'tiny-gpt2'" in err
-    assert "feature 1 at blocks.1.hook_resid_pre" in out
+    assert rc == 2, err
+    assert err.count("\n") == 1 and "the SAE is for 'gpt2-medium'" in err and "'tiny-gpt2'" in err
+    assert "Traceback" not in err and out == ""
 
 
 # ----------------------------------------------------------------------------

@@ -16,7 +16,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from ..checkpoints.sources import CheckpointError, config_digest, hub_id
+from ..checkpoints.sources import CheckpointError, config_digest
 from ..checks import BAD_INPUT, check_int_in_range, check_tokens, error_line
 from ..cli.common import add_data_argument
 from ..hooks import HookPoint
@@ -27,7 +27,7 @@ __all__ = [
     "coerce_metadata", "check_positive_ints", "check_bools", "check_strings", "ConfigDtype", "HOOK_NAMES", "identity",
     "NO_HOOKS", "hooks_of", "add_hook_points", "check_init_seed", "zero_if_present", "load_built", "CoderWeights",
     "CoderHookPoints", "CFG_FILENAME", "WEIGHTS_FILENAME", "DIGEST_KEY", "read_safetensors", "check_tensors",
-    "check_digest", "removed_if_left_empty", "model_key", "names_other_model", "explained_variance",
+    "check_digest", "removed_if_left_empty", "explained_variance",
     "check_eval_inputs", "zero_ablation", "ce_batches", "ce_metrics", "add_corpus_arguments", "add_feature_arguments", "add_run_arguments",
     "add_out_arguments", "config_from_options", "check_hooks", "start_training_run", "run_subcommand", "command_main",
 ]  # fmt: skip
@@ -416,25 +416,6 @@ def removed_if_left_empty(folder: Path) -> Iterator[None]:
         if created and folder.is_dir() and not any(folder.iterdir()):
             folder.rmdir()
         raise
-
-
-# ----------------------------------------------------------------------------------------------
-# which model it was trained on
-# ----------------------------------------------------------------------------------------------
-def model_key(name: str) -> str:
-    """A model name as compared: its last path part, lower case, transformer-lens' aliases resolved."""
-    return hub_id(name.strip().rstrip("/\\").replace("\\", "/").rsplit("/", 1)[-1].lower())
-
-
-def names_other_model(trained_on: Any, model_name: Any) -> bool:
-    """Whether `trained_on` (a cfg.metadata.model_name) names another model than `model_name` (a model's
-    cfg.model_name; "" and "custom" name no model)."""
-    return (
-        isinstance(trained_on, str)
-        and isinstance(model_name, str)
-        and model_name not in ("", "custom")
-        and model_key(trained_on) != model_key(model_name)
-    )
 
 
 # ----------------------------------------------------------------------------------------------

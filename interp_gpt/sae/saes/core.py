@@ -21,6 +21,7 @@ from jaxtyping import Float
 from torch import Tensor, nn
 
 from ..common import NO_HOOKS, CoderHookPoints, add_hook_points, cast_state, dtype_name, hooks_of, load_built
+from ..names import set_model_name
 from .config import SAEConfig
 from .fit import fit_hook
 from .io import expected_shapes, find_release, read_sae_folder, write_sae_folder
@@ -170,11 +171,15 @@ class SAE(CoderHookPoints, nn.Module):
         sae_id: str | None = None,
         device: str | torch.device = "cpu",
         dtype: str | torch.dtype | None = None,
+        *,
+        model_name: str | None = None,
     ) -> SAE:
         """Load an SAE saved in sae-lens' format: a folder with cfg.json and sae_weights.safetensors
         (`release` the folder, or a folder and `sae_id` a subfolder), or a release in the local
         Hugging Face cache (`release` a repo id "owner/name" or a known sae-lens release name, `sae_id`
-        the SAE's folder in it). Offline: nothing is downloaded.
+        the SAE's folder in it). Offline: nothing is downloaded. `model_name` (e.g. "my-gpt2", a local
+        copy of GPT-2) records the model it is for in its cfg.metadata.model_name, in place of the file's
+        (None: the file's own).
 
         Example:
             >>> sae = SAE.from_pretrained("tiny-gpt2-res")      # the shipped SAE; or a folder
@@ -192,6 +197,7 @@ class SAE(CoderHookPoints, nn.Module):
         else:
             folder = find_release(str(release), sae_id)
         cfg, state = read_sae_folder(folder, device=device)
+        set_model_name(cfg.metadata, model_name, "SAE.from_pretrained")
         state, name = cast_state(state, dtype)
         if name is not None:
             cfg.dtype = name

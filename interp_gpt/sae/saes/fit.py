@@ -8,11 +8,10 @@ a hook's activations, for any module read or written at a hook (a transcoder's i
 
 from __future__ import annotations
 
-import warnings
 from typing import TYPE_CHECKING, Any
 
 from ...utils import hook_shape
-from ..common import names_other_model
+from ..names import check_model_name
 
 if TYPE_CHECKING:
     from ...config import Config
@@ -30,9 +29,9 @@ def fit_hook(model: Any, sae: Any, arg: str = "sae") -> str:
     """The hook `sae` (an SAE: not checked here) reads, once it is known to fit `model`.
 
     Refuses by name: no `cfg.metadata.hook_name`, an SAE's own hook point, a hook of no fixed width,
-    `d_in` other than the hook's width (ValueError); a hook the model lacks (KeyError, with the close
-    names). Warns when `cfg.metadata.model_name` names another model than `model.cfg.model_name`
-    (aliases such as "gpt2-small" for "gpt2", and an "owner/" prefix, aside).
+    `d_in` other than the hook's width, a `cfg.metadata.model_name` naming another model than
+    `model.cfg.model_name` (ValueError, see interp_gpt.sae.names); a hook the model lacks (KeyError, with
+    the close names).
     """
     name = sae.cfg.hook_name
     if name is None:
@@ -61,12 +60,5 @@ def fit_hook(model: Any, sae: Any, arg: str = "sae") -> str:
             f"{arg}.cfg.d_in={sae.cfg.d_in} does not fit {name!r}, whose activations are {width} wide "
             f"(d_model={cfg.d_model}, d_mlp={cfg.d_mlp}, d_head={cfg.d_head})"
         )
-    trained_on, model_name = sae.cfg.metadata.get("model_name"), getattr(cfg, "model_name", None)
-    if names_other_model(trained_on, model_name):
-        warnings.warn(
-            f"{arg}: the SAE was trained on {trained_on!r} (its cfg.metadata.model_name) but the model is "
-            f"{model_name!r}: its features may mean nothing on this model",
-            UserWarning,
-            stacklevel=4,
-        )
+    check_model_name(sae.cfg.metadata.get("model_name"), model, f"{arg}: the SAE", "SAE.from_pretrained")
     return name

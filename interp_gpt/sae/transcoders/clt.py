@@ -50,6 +50,7 @@ from ..common import (
     read_safetensors,
     zero_if_present,
 )
+from ..names import set_model_name
 from .config import TranscoderConfig, TranscoderFields
 from .folders import CLT_EXT_KIND, CLT_KIND, check_replaceable
 from .io import CT_CONFIG_FILENAME, SCAN_KEY, check_scan, save_safetensors
@@ -386,9 +387,15 @@ CLT_FILE_PATTERN = re.compile(r"^(W_(enc|dec)_\d+\.safetensors|config\.yaml|metr
 
 
 def load_clt(
-    path: str | Path, *, device: str | torch.device = "cpu", dtype: str | torch.dtype | None = None
+    path: str | Path,
+    *,
+    device: str | torch.device = "cpu",
+    dtype: str | torch.dtype | None = None,
+    model_name: str | None = None,
 ) -> CrossLayerTranscoder:
     """Load circuit-tracer's CLT folder (its config.yaml, or the folder), every tensor checked first.
+    `model_name` (e.g. "my-gpt2", a local copy of GPT-2) records the model it is for in its
+    metadata.model_name, in place of the file's (None: the file's own).
 
     Example:
         >>> from interp_gpt.sae.data import shipped_clt
@@ -450,6 +457,7 @@ def load_clt(
     )
     if isinstance(config.get("model_name"), str):
         fields["metadata"]["model_name"] = config["model_name"]
+    set_model_name(fields["metadata"], model_name, "load_clt")
     scan = check_scan(config.get(SCAN_KEY), cfg_path)
     if scan is not None:  # circuit-tracer's name of the CLT (a graph's metadata.scan): kept, as it does
         fields["metadata"][SCAN_KEY] = scan

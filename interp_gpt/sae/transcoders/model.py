@@ -33,10 +33,10 @@ from ..common import (
     dtype_name,
     hooks_of,
     load_built,
-    names_other_model,
     parse_dtype,
     zero_if_present,
 )
+from ..names import check_model_name, set_model_name
 from .config import PROCESSING_KEY, SAELENS_ARCHITECTURES, TranscoderConfig, transcoder_shapes
 from .io import FORMATS, read_transcoder_files, write_saelens_folder, write_transcoder_set
 from .processing import Plan, apply_input, apply_output, conversion_plan, convert_state
@@ -339,6 +339,7 @@ def load_transcoders(
     *,
     device: str | torch.device = "cpu",
     dtype: str | torch.dtype | None = None,
+    model_name: str | None = None,
 ) -> list[Transcoder]:
     """Load per-layer transcoders, sorted by layer, from any of:
 
@@ -352,6 +353,8 @@ def load_transcoders(
     its metadata.model_name (when recorded) names the model's, its layer exists, its widths match its
     hooks'; one made for other weights (metadata.model_processing, raw unless the file says: circuit-tracer's
     are) comes back exactly converted to the model's (`Transcoder.converted_to`), or is refused by name.
+    `model_name` (e.g. "my-gpt2", a local copy of GPT-2) records the model they are for in each one's
+    metadata.model_name, in place of the files' (None: the files' own).
 
     Example:
         >>> folder = save_transcoders(tcs, "transcoders/tiny-gpt2")
@@ -372,6 +375,7 @@ def load_transcoders(
             seen[layer] = cfg.input_hook or ""
     tcs = []
     for cfg, state in items:
+        set_model_name(cfg.metadata, model_name, "load_transcoders")
         state, name = cast_state(state, dtype)
         if name is not None:
             cfg.dtype = name
@@ -458,9 +462,9 @@ def fit_plan(model: Any, tc: Transcoder, caller: str = "check_transcoder_fits", 
     """check_transcoder_fits' checks, then the map onto the model's weights (None: no layer to map)."""
     cfg = model.cfg
     where = f"{caller}: the {arg} of layer {tc.layer}"
-    trained_on, model_name = tc.cfg.model_name, getattr(cfg, "model_name", None)
-    if trained_on and names_other_model(trained_on, model_name):
-        raise ValueError(f"{where} is for {trained_on!r} (its cfg.metadata.model_name) but the model is {model_name!r}")
+    check_model_name(
+        tc.cfg.model_name, model, where, "load_clt" if getattr(tc, "clt", None) is not None else "load_transcoders"
+    )
     if tc.layer is not None and not 0 <= tc.layer < cfg.n_layers:
         raise ValueError(f"{where}: layer {tc.layer} does not exist: the model's layers are 0..{cfg.n_layers - 1}")
     hook_dict = getattr(model, "hook_dict", {})
