@@ -34,7 +34,9 @@ def folders(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 def _refusal(loader: str) -> str:
     return (
         r"is for 'tiny-gpt2' \(its cfg\.metadata\.model_name\) but the model is 'my-gpt2': .*"
-        r"set its cfg\.metadata\.model_name = 'my-gpt2' .*" + loader.replace(".", r"\.") + r"\(\.\.\., model_name='my-gpt2'\)"
+        r"set its cfg\.metadata\.model_name = 'my-gpt2' .*"
+        + loader.replace(".", r"\.")
+        + r"\(\.\.\., model_name='my-gpt2'\)"
     )
 
 
