@@ -400,3 +400,52 @@ def check_text_files(paths: Any, arg: str) -> list[Any]:
                 f"{arg} {str(item)!r}: no such file or folder (expected a text file or a folder of .txt files)"
             )
     return files
+
+
+# ----------------------------------------------------------------------------------------------
+# Whether weights are centred (mean-zero), at the precision they hold
+# ----------------------------------------------------------------------------------------------
+__all__ += ["held_eps", "is_centred"]
+
+# The precisions a tensor's values may hold fewer digits of than its dtype (a model cast up after processing).
+_NARROWER = (torch.bfloat16, torch.float16, torch.float32)
+
+
+def held_eps(rows: Tensor) -> float:
+    """The machine epsilon of the precision `rows` hold: the coarsest of bfloat16, float16 and float32
+    holding every value exactly (a float32 model cast to float64 holds float32's digits), else its dtype's.
+
+    Example:
+        >>> held_eps(torch.randn(3, 4).double())  # float32's values in float64
+        1.1920928955078125e-07
+    """
+    if not rows.is_floating_point():
+        return 0.0
+    own = torch.finfo(rows.dtype).eps
+    held = [d for d in _NARROWER if torch.finfo(d).eps > own]
+    for i in range(0, rows.shape[0], 4096):
+        if not held:
+            break
+        r = rows[i : i + 4096]
+        held = [d for d in held if bool((r.to(d).to(r.dtype) == r).all())]
+    return max([own] + [torch.finfo(d).eps for d in held])
+
+
+def is_centred(t: Tensor, dim: int = -1) -> bool:
+    """Whether `t` is mean-zero along `dim` to the rounding of the precision it holds (what centring in
+    float64 then storing leaves; a model processed in float32 and cast to float64 is judged at float32's).
+    How a model's weights show center_writing_weights / center_unembed. A few thousand rows at a time in
+    float64 (W_E is 50,257 rows: no float64 copy of it).
+
+    Example:
+        >>> is_centred(model.W_U)  # GPT.from_pretrained centres the unembedding
+        True
+    """
+    rows = t.detach().movedim(dim, -1).reshape(-1, t.shape[dim])
+    eps = held_eps(rows)
+    for i in range(0, rows.shape[0], 4096):
+        r = rows[i : i + 4096].double()
+        tol = 4 * eps * r.abs().amax(-1).clamp_min(torch.finfo(torch.float64).tiny)
+        if not bool((r.mean(-1).abs() <= tol).all()):
+            return False
+    return True

@@ -28,7 +28,7 @@ import torch
 from torch import Tensor
 
 from .causal.interchange import real_token_columns
-from .checks import check_float, check_index, check_int, check_int_in_range, check_str_list, check_type
+from .checks import check_float, check_index, check_int, check_int_in_range, check_str_list, check_type, is_centred
 from .factored import carry_head_vector
 from .utils import hook_shape
 
@@ -419,15 +419,6 @@ def _family(hook: str) -> str | None:
     return next((name for name, pattern in _FAMILIES if re.fullmatch(pattern, hook)), None)
 
 
-def _centred(t: Tensor) -> bool:
-    """Mean-zero over the last axis, to the rounding of its dtype (what centring in float64 then storing
-    leaves), as interp_gpt.sae.transcoder_processing reads a model's processing."""
-    t = t.detach()
-    eps = torch.finfo(t.dtype).eps
-    rows = t.reshape(-1, t.shape[-1]).double()
-    return bool((rows.mean(-1).abs() <= 4 * eps * rows.abs().amax(-1).clamp_min(1e-300)).all())
-
-
 def _writers_centred(model: Any) -> bool:
     """center_writing_weights: everything that writes to the residual stream writes mean-zero vectors."""
     writers = [model.embed.W_E, model.pos_embed.W_pos]
@@ -435,7 +426,7 @@ def _writers_centred(model: Any) -> bool:
         writers += [block.attn.W_O, block.attn.b_O]
         if hasattr(block, "mlp"):
             writers += [block.mlp.W_out, block.mlp.b_out]
-    return all(_centred(w) for w in writers)
+    return all(is_centred(w) for w in writers)
 
 
 def _value_constant(model: Any, layer: int) -> Tensor:
@@ -498,7 +489,7 @@ def map_direction(v: Tensor, from_model: Any, to_model: Any, hook: str, mode: Mo
             return moved
     fold = [m.cfg.normalization_type == "LNPre" for m in (from_model, to_model)]
     centred = [m.cfg.normalization_type is not None and _writers_centred(m) for m in (from_model, to_model)]
-    unembed = [_centred(m.W_U) and _centred(m.b_U) for m in (from_model, to_model)]
+    unembed = [is_centred(m.W_U) and is_centred(m.b_U) for m in (from_model, to_model)]
     layer = int(hook.split(".")[1]) if hook.startswith("blocks.") else None
     values = (
         [_value_constant(m, layer) for m in (from_model, to_model)] if family == "value" and layer is not None else []

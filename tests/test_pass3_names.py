@@ -105,3 +105,39 @@ def test_a_model_that_names_none_refuses_nothing(folders: dict[str, Path], name:
         model(TOKENS)
     with model.transcoders(load_clt(folders["clt"])):
         model(TOKENS)
+
+
+# ----------------------------------------------------------------------------------------------
+# Centring judged at the precision the weights hold (a float32-processed model cast to float64)
+# ----------------------------------------------------------------------------------------------
+def test_steering_reads_a_processed_model_cast_to_float64_as_processed() -> None:
+    from interp_gpt.steering import map_direction
+
+    model = GPT.from_pretrained("tiny-gpt2")
+    wide = GPT.from_pretrained("tiny-gpt2").to(torch.float64)
+    torch.manual_seed(0)
+    v = torch.randn(model.cfg.d_model)
+    logit = torch.randn(model.cfg.d_vocab)
+    for hook, u in (("blocks.1.hook_resid_pre", v), ("unembed.hook_out", logit), ("unembed.hook_in", v)):
+        for a, b in ((model, wide), (wide, model)):  # processed alike: as it is, both ways
+            torch.testing.assert_close(map_direction(u, a, b, hook), u)
+    raw, raw_wide = GPT.from_pretrained_no_processing("tiny-gpt2"), GPT.from_pretrained_no_processing("tiny-gpt2")
+    raw_wide = raw_wide.to(torch.float64)
+    torch.testing.assert_close(
+        map_direction(v, wide, raw_wide, "blocks.1.hook_resid_pre"),
+        map_direction(v, model, raw, "blocks.1.hook_resid_pre"),
+    )
+
+
+def test_the_tuned_lens_reads_a_processed_model_cast_to_float64_as_processed(tmp_path: Path) -> None:
+    from interp_gpt.lenses import TunedLens, lens_processing
+
+    model = GPT.from_pretrained("tiny-gpt2")
+    wide = GPT.from_pretrained("tiny-gpt2").to(torch.float64)
+    assert lens_processing(wide) == lens_processing(model) == {
+        "fold_ln": True, "center_writing_weights": True, "center_unembed": True,
+    }  # fmt: skip
+    raw = GPT.from_pretrained_no_processing("tiny-gpt2").to(torch.float64)
+    assert not lens_processing(raw)["center_writing_weights"]  # raw weights still read as raw
+    TunedLens.from_model(model).save(tmp_path / "lens")
+    TunedLens.from_pretrained(tmp_path / "lens", wide)  # trained on the centred stream: not refused

@@ -43,7 +43,7 @@ from torch import Tensor, nn
 
 from ..cache import ActivationCache
 from ..checkpoints.sources import CheckpointError
-from ..checks import cached_activation, check_index, check_int, check_type
+from ..checks import cached_activation, check_index, check_int, check_type, is_centred
 from ..files import atomic_path
 from ..model.gpt import GPT, LayerNorm
 
@@ -78,17 +78,6 @@ def unembed_hash(model: GPT) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def _centred(t: Tensor) -> bool:
-    """Mean-zero over the last axis to the rounding of its dtype (centring in float64, then storing)."""
-    eps = torch.finfo(t.dtype).eps
-    rows = t.detach().reshape(-1, t.shape[-1])
-    for i in range(0, rows.shape[0], 4096):  # W_E has 50,257 rows: no float64 copy of it all
-        r = rows[i : i + 4096].double()
-        if not bool((r.mean(-1).abs() <= 4 * eps * r.abs().amax(-1).clamp_min(1e-300)).all()):
-            return False
-    return True
-
-
 def lens_processing(model: GPT) -> dict[str, bool]:
     """The weight processing of `model` as a tuned lens sees it, read from the weights: {"fold_ln": the
     LayerNorms are folded, "center_writing_weights": every writer to the residual stream (W_E, W_pos,
@@ -105,11 +94,11 @@ def lens_processing(model: GPT) -> dict[str, bool]:
         writers += [block.attn.W_O, block.attn.b_O]
         if not model.cfg.attn_only:
             writers += [block.mlp.W_out, block.mlp.b_out]
-    centred = model.cfg.normalization_type is not None and all(_centred(w) for w in writers)
+    centred = model.cfg.normalization_type is not None and all(is_centred(w) for w in writers)
     return {
         "fold_ln": model.cfg.normalization_type == "LNPre",
         "center_writing_weights": centred,
-        "center_unembed": _centred(model.unembed.W_U),
+        "center_unembed": is_centred(model.unembed.W_U),
     }
 
 

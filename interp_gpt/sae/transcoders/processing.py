@@ -36,6 +36,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from ...checks import is_centred
 from .config import PROCESSING_KEY
 
 __all__ = [
@@ -75,42 +76,9 @@ class Plan:
         return self.scale is None and not self.in_centre and not self.out_centre
 
 
-# The precisions a tensor's values may hold fewer digits of than its dtype (a model cast up after processing).
-_NARROWER = (torch.bfloat16, torch.float16, torch.float32)
-
-
-def _held_eps(rows: Tensor) -> float:
-    """The machine epsilon of the precision `rows` hold: the coarsest of bfloat16, float16 and float32
-    holding every value exactly (a float32 model cast to float64 holds float32's digits), else its dtype's."""
-    if not rows.is_floating_point():
-        return 0.0
-    own = torch.finfo(rows.dtype).eps
-    held = [d for d in _NARROWER if torch.finfo(d).eps > own]
-    for i in range(0, rows.shape[0], 4096):
-        if not held:
-            break
-        r = rows[i : i + 4096]
-        held = [d for d in held if bool((r.to(d).to(r.dtype) == r).all())]
-    return max([own] + [torch.finfo(d).eps for d in held])
-
-
-def _centred(t: Tensor, dim: int) -> bool:
-    """Mean-zero along `dim` to the rounding of the precision it holds (what centring in float64 then
-    storing leaves; a model processed in float32 and cast to float64 is judged at float32's). A few
-    thousand rows at a time in float64 (W_E is 50,257 rows: no float64 copy of it)."""
-    rows = t.detach().movedim(dim, -1).reshape(-1, t.shape[dim])
-    eps = _held_eps(rows)
-    for i in range(0, rows.shape[0], 4096):
-        r = rows[i : i + 4096].double()
-        tol = 4 * eps * r.abs().amax(-1).clamp_min(torch.finfo(torch.float64).tiny)
-        if not bool((r.mean(-1).abs() <= tol).all()):
-            return False
-    return True
-
-
 def _mlp_out_centred(model: Any, layer: int) -> bool:
     mlp = model.blocks[layer].mlp
-    return _centred(mlp.W_out, -1) and _centred(mlp.b_out, -1)
+    return is_centred(mlp.W_out) and is_centred(mlp.b_out)
 
 
 def _resid_mid_centred(model: Any, layer: int) -> bool:
@@ -121,7 +89,7 @@ def _resid_mid_centred(model: Any, layer: int) -> bool:
         writers += [attn.W_O, attn.b_O]
         if i < layer:
             writers += [model.blocks[i].mlp.W_out, model.blocks[i].mlp.b_out]
-    return all(_centred(w, -1) for w in writers)
+    return all(is_centred(w) for w in writers)
 
 
 def model_processing(model: Any, layer: int = 0) -> dict[str, bool]:
@@ -218,7 +186,7 @@ def _check_ignores_mean(W_enc: Tensor, W_skip: Tensor | None, out_centre: bool, 
         skip = W_skip.double() - W_skip.double().mean(0, keepdim=True) if out_centre else W_skip
         parts.append(("its skip (W_skip's rows)", skip, 1))
     for what, t, dim in parts:
-        if not _centred(t, dim):
+        if not is_centred(t, dim):
             raise ValueError(
                 f"{where}: {hook}: the transcoder was made for raw weights, but this model's center_writing_weights "
                 f"took the mean over d_model out of hook_resid_mid, and {what} reads that mean (it does not sum to 0 "
