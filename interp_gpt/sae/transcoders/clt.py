@@ -381,11 +381,6 @@ def save_clt(clt: CrossLayerTranscoder, path: str | Path) -> Path:
     return target
 
 
-# The names a CLT folder holds (metrics.json and last_good/: what train-transcoder writes beside it);
-# names only: what may be replaced is decided by the files' contents (folders.check_replaceable).
-CLT_FILE_PATTERN = re.compile(r"^(W_(enc|dec)_\d+\.safetensors|config\.yaml|metrics\.json|last_good)$")
-
-
 def load_clt(
     path: str | Path,
     *,

@@ -445,18 +445,6 @@ def read_transcoder_files(path: Any, device: str | torch.device = "cpu") -> list
     return [read_saelens_folder(q, device) for q in subs]
 
 
-def replaceable_in_set(entry: Path) -> bool:
-    """Whether an entry's name is one a per-layer set holds (a layer's folder or file, a config, and what
-    `train-transcoder` writes beside a set: metrics.json, last_good/). Names only: what may be replaced is
-    decided by the files' contents (folders.check_replaceable)."""
-    return bool(
-        re.match(
-            r"^(layer_\d+(\.safetensors)?|config\.yaml|cfg\.json|sae_weights\.safetensors|metrics\.json|last_good)$",
-            entry.name,
-        )
-    )
-
-
 def write_transcoder_set(items: list[Item], target: Path, format: str) -> Path:
     """Write a set of transcoders as one folder, whole or not at all (see save_transcoders)."""
     if format == "circuit-tracer":
