@@ -16,7 +16,7 @@ from interp_gpt.attribution import attribute, prune_graph
 from interp_gpt.cli import build_parser, main
 from interp_gpt.sae.training import shipped_transcoders
 from interp_gpt.sae.transcoders.config import TranscoderConfig
-from interp_gpt.sae.transcoders.model import Transcoder, save_transcoders
+from interp_gpt.sae.transcoders.transcoder import Transcoder, save_transcoders
 
 REPO = Path(__file__).resolve().parents[1]
 PROMPT = "The cat sat on the mat because"

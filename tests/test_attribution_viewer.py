@@ -21,7 +21,7 @@ from interp_gpt.attribution import attribute, graph_page, prune_graph
 from interp_gpt.attribution.graph_json import graph_json
 from interp_gpt.attribution.viewer import _ASSETS, page_data, render_page
 from interp_gpt.sae.training import shipped_clt, shipped_transcoders, split_corpus, token_windows
-from interp_gpt.sae.transcoders.model import Transcoder
+from interp_gpt.sae.transcoders.transcoder import Transcoder
 
 REPO = Path(__file__).resolve().parents[1]
 PROMPT = "The cat sat on the mat because"

@@ -31,7 +31,7 @@ from interp_gpt.sae import (
     save_clt,
     save_transcoders,
 )
-from interp_gpt.sae.transcoders.model import activate
+from interp_gpt.sae.transcoders.transcoder import activate
 
 pytest.importorskip("circuit_tracer", reason="circuit-tracer 0.5 needs its own venv (.venv-ct, see .ci/run)")
 from circuit_tracer.transcoder.activation_functions import JumpReLU, TopK  # noqa: E402

@@ -24,7 +24,7 @@ from torch import Tensor
 from ..model.gpt import GPT
 from ..prepare import checked_model, prompt_tokens
 from ..sae.transcoders.clt import CrossLayerTranscoder
-from ..sae.transcoders.model import Transcoder, check_transcoder_fits
+from ..sae.transcoders.transcoder import Transcoder, check_transcoder_fits
 from .replacement import Readers
 
 __all__: list[str] = []

@@ -37,7 +37,7 @@ from tqdm.auto import tqdm  # type: ignore[import-untyped]
 from ..checks import check_int_in_range
 from ..sae.transcoders.clt import CrossLayerTranscoder
 from ..sae.transcoders.io import transcoders_scan
-from ..sae.transcoders.model import Transcoder
+from ..sae.transcoders.transcoder import Transcoder
 from ._inputs import bos_positions, prepare
 from .graph import AttributionGraph
 from .replacement import ForwardPass, Readers, run_forward

@@ -106,7 +106,7 @@ def load_transcoders_arg(path: str, model: Any) -> tuple[Any, str]:
     from ..sae.training.data import SHIPPED_CLT_DIR, SHIPPED_TRANSCODERS_DIR
     from ..sae.transcoders.clt import CLT_EXT_KIND, CLT_KIND, load_clt
     from ..sae.transcoders.io import CT_CONFIG_FILENAME
-    from ..sae.transcoders.model import load_transcoders
+    from ..sae.transcoders.transcoder import load_transcoders
     from ._inputs import check_transcoders
 
     folder = {"shipped": SHIPPED_TRANSCODERS_DIR, "shipped-clt": SHIPPED_CLT_DIR}.get(path, Path(path).expanduser())

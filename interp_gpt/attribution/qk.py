@@ -39,7 +39,7 @@ from torch import Tensor
 
 from ..checks import check_index
 from ..sae.transcoders.clt import CrossLayerTranscoder
-from ..sae.transcoders.model import Transcoder
+from ..sae.transcoders.transcoder import Transcoder
 from ._inputs import prepare
 from .graph import AttributionGraph
 from .replacement import Readers, freezing_hooks

@@ -24,7 +24,7 @@ import torch
 from torch import Tensor
 
 from ..sae.transcoders.clt import CrossLayerTranscoder
-from ..sae.transcoders.model import Transcoder, activate
+from ..sae.transcoders.transcoder import Transcoder, activate
 
 __all__: list[str] = []
 

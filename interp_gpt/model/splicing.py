@@ -292,7 +292,7 @@ class SplicingMixin:
         if not callable(getattr(sae, "splice_hooks", None)):
             raise TypeError(
                 f"{arg}: expected an interp_gpt.sae.SAE, got {type(sae).__name__} (or any module with "
-                "splice_hooks(model, arg) and splice_forward(x, hooked): see interp_gpt.splicing)"
+                "splice_hooks(model, arg) and splice_forward(x, hooked): see interp_gpt.model.splicing)"
             )
         read, write = sae.splice_hooks(self, arg)
         for role, name in (("reads", read), ("writes", write)):
@@ -458,7 +458,7 @@ class SplicingMixin:
     ) -> Iterator[Any]:
         """Context in which `transcoders` replace the activations they write (a per-layer transcoder:
         `blocks.L.hook_mlp_out`, the MLP's output, from what it reads: `blocks.L.ln2.hook_normalized`);
-        any module with the splicing protocol (see interp_gpt.splicing) is taken, a CrossLayerTranscoder
+        any module with the splicing protocol (see interp_gpt.model.splicing) is taken, a CrossLayerTranscoder
         too (every layer's MLP, each from the features of its own and the earlier layers). As `saes(...)`. A
         transcoder made for other weights than the model's (raw / processed) is converted exactly by its
         `splice_hooks`, or refused by name (see interp_gpt.sae.transcoder_processing).

@@ -16,8 +16,8 @@ A transcoder records the weights it was made for (`cfg.metadata.model_processing
 says, as circuit-tracer's are): spliced into, or loaded for, a model processed otherwise (fold_ln,
 center_writing_weights) it is converted exactly (`Transcoder.converted_to`) or refused by name.
 
-GPT's splicing methods (add_sae, saes, ...) come from interp_gpt.splicing, below the model; model.py
-imports nothing from this package. An `SAE` follows that module's protocol (`splice_hooks`,
+GPT's splicing methods (add_sae, saes, ...) come from interp_gpt.model.splicing; the model imports
+nothing from this package. An `SAE` follows that module's protocol (`splice_hooks`,
 `splice_forward`), and so must anything else spliced in (a transcoder).
 """
 
@@ -26,8 +26,8 @@ from .saes.core import SAE
 from .saes.io import KNOWN_RELEASES
 from .transcoders.clt import CLTConfig, CrossLayerTranscoder, load_clt, save_clt
 from .transcoders.config import TranscoderConfig
-from .transcoders.model import Transcoder, check_transcoder_fits, load_transcoders, save_transcoders
 from .transcoders.processing import model_processing
+from .transcoders.transcoder import Transcoder, check_transcoder_fits, load_transcoders, save_transcoders
 
 __all__ = [
     "SAE",

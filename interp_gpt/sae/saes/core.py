@@ -7,7 +7,7 @@ with act = ReLU ("standard"), ReLU of the k largest pre-activations ("topk"), or
 ReLU(h) * (h > threshold) ("jumprelu"). Each step passes through a hook point with sae-lens'
 name: `hook_sae_input`, `hook_sae_acts_pre`, `hook_sae_acts_post`, `hook_sae_recons`,
 `hook_sae_output` (and `hook_sae_error` when spliced with the error term). `splice_hooks` and
-`splice_forward` are what the splicing mechanism (interp_gpt.splicing) asks of a module it splices in.
+`splice_forward` are what the splicing mechanism (interp_gpt.model.splicing) asks of a module it splices in.
 """
 
 from __future__ import annotations
@@ -149,7 +149,7 @@ class SAE(CoderHookPoints, nn.Module):
         acts, state = self._encode(x)
         return self.hook_sae_output(self._decode(acts, state))
 
-    # ----- splicing (the protocol of interp_gpt.splicing) -------------------------
+    # ----- splicing (the protocol of interp_gpt.model.splicing) -------------------------
     def splice_hooks(self, model: Any, arg: str = "sae") -> tuple[str, str]:
         """(read, write): the SAE reads and replaces `cfg.metadata.hook_name`, once it fits `model`
         (refused by name otherwise: see `check_sae_fits`)."""

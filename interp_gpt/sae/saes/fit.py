@@ -1,7 +1,7 @@
 """Whether an SAE fits a model: the hook it reads, that hook's width, the model it was trained on.
 
 `fit_hook` is the check behind `check_sae_fits` (splice.py, which adds "is it an SAE") and behind
-`SAE.splice_hooks` (core.py), the method the splicing mechanism (interp_gpt.splicing) calls. It lives
+`SAE.splice_hooks` (core.py), the method the splicing mechanism (interp_gpt.model.splicing) calls. It lives
 here, importing neither, so that both can use it without an import circle. `hook_width` is the width of
 a hook's activations, for any module read or written at a hook (a transcoder's input and output too).
 """

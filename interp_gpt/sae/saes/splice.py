@@ -1,7 +1,7 @@
 """Splicing SAEs into the model: `add_sae`, `reset_saes`, `with model.saes([...])` (sae-lens' /
 transformer-lens' HookedSAETransformer names).
 
-The mechanism is interp_gpt.splicing, below the model (model.py imports nothing from this package); it
+The mechanism is interp_gpt.model.splicing, below the feature packages (the model imports nothing from this package); it
 splices any module that follows its protocol, as `SAE` does (`SAE.splice_hooks`, `SAE.splice_forward`).
 While spliced, the model's hook point at `sae.cfg.hook_name` (say `blocks.1.hook_resid_pre`) passes the
 activation through the SAE, whose hook points hang under it and join `model.hook_dict`:
@@ -14,7 +14,7 @@ activation through the SAE, whose hook points hang under it and join `model.hook
     blocks.1.hook_resid_pre.hook_sae_error       x - reconstruction     (use_error_term=True only)
     blocks.1.hook_resid_pre.hook_sae_output      what flows downstream  [..., d_in]
 
-(the error term, gradients, threads: see interp_gpt.splicing). This module keeps the SAE's own check,
+(the error term, gradients, threads: see interp_gpt.model.splicing). This module keeps the SAE's own check,
 `check_sae_fits`, and the names that were public here.
 """
 

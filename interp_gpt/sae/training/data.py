@@ -18,7 +18,7 @@ from torch import Tensor
 from ...checks import check_float, check_text_files
 from ..saes.core import SAE
 from ..transcoders.clt import CrossLayerTranscoder, load_clt
-from ..transcoders.model import Transcoder, load_transcoders
+from ..transcoders.transcoder import Transcoder, load_transcoders
 
 __all__ = [
     "split_corpus",

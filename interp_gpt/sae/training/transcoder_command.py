@@ -30,8 +30,8 @@ from ..transcoders.clt import CLTConfig, CrossLayerTranscoder, save_clt
 from ..transcoders.config import TranscoderConfig
 from ..transcoders.evaluation import evaluate_transcoders
 from ..transcoders.folders import refusal, replace_problem
-from ..transcoders.model import Transcoder, save_transcoders
 from ..transcoders.processing import model_processing
+from ..transcoders.transcoder import Transcoder, save_transcoders
 from .data import activation_batches, split_corpus, token_windows
 from .sae_command import check_sae_args, train_save_evaluate
 from .transcoder_trainer import TranscoderTrainer, TranscoderTrainingConfig

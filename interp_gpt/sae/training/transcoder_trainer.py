@@ -36,7 +36,7 @@ from ...checks import check_tokens
 from ..saes.evaluation import explained_variance
 from ..transcoders.clt import CrossLayerTranscoder
 from ..transcoders.evaluation import evaluate_transcoders, transcoder_set
-from ..transcoders.model import Transcoder
+from ..transcoders.transcoder import Transcoder
 from .sae_trainer import INT_FIELDS, SAETrainer, SAETrainingConfig, check_non_negative
 
 __all__ = ["TranscoderTrainingConfig", "TranscoderTrainer"]

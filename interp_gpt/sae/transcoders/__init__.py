@@ -1,7 +1,7 @@
 """Transcoders: per-layer (`Transcoder`: reads an MLP's input, predicts its output) and cross-layer
 (`CrossLayerTranscoder`: layer l's features write into every MLP output from l on).
 
-    model.py       Transcoder, load_transcoders / save_transcoders, check_transcoder_fits
+    transcoder.py  Transcoder, load_transcoders / save_transcoders, check_transcoder_fits
     clt.py         CrossLayerTranscoder, CLTConfig, load_clt / save_clt
     config.py      TranscoderConfig: every field checked once
     io.py          sae-lens' folders and circuit-tracer's transcoder sets, read and written whole
@@ -13,8 +13,8 @@
 from .clt import CLTConfig, CrossLayerTranscoder, load_clt, save_clt
 from .config import TranscoderConfig
 from .evaluation import evaluate_transcoders
-from .model import Transcoder, check_transcoder_fits, load_transcoders, save_transcoders
 from .processing import model_processing
+from .transcoder import Transcoder, check_transcoder_fits, load_transcoders, save_transcoders
 
 __all__ = [
     "Transcoder", "TranscoderConfig", "load_transcoders", "save_transcoders", "check_transcoder_fits",

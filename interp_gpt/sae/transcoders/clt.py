@@ -54,8 +54,8 @@ from ..names import set_model_name
 from .config import TranscoderConfig, TranscoderFields
 from .folders import CLT_EXT_KIND, CLT_KIND, check_replaceable
 from .io import CT_CONFIG_FILENAME, SCAN_KEY, check_scan, save_safetensors
-from .model import activate
 from .splice import CLTLayer
+from .transcoder import activate
 
 __all__ = ["CrossLayerTranscoder", "CLTConfig", "load_clt", "save_clt"]
 

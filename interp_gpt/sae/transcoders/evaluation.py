@@ -20,8 +20,8 @@ from torch import Tensor, nn
 
 from ..common import ce_batches, ce_metrics, check_eval_inputs
 from .clt import CrossLayerTranscoder
-from .model import Transcoder, fit_plan
 from .processing import Plan, apply_input, apply_output
+from .transcoder import Transcoder, fit_plan
 
 __all__ = ["evaluate_transcoders", "transcoder_set"]
 

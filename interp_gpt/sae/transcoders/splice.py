@@ -1,4 +1,4 @@
-"""A `CrossLayerTranscoder` spliced into a model, through the one mechanism (interp_gpt.splicing): as one
+"""A `CrossLayerTranscoder` spliced into a model, through the one mechanism (interp_gpt.model.splicing): as one
 view per layer, each a module with the splicing protocol.
 
 View l reads `clt.input_hook(l)` (mapped onto the model's weights as a per-layer transcoder's is: see
@@ -100,7 +100,7 @@ class CLTLayer:
     def splice_hooks(self, model: Any, arg: str = "sae") -> tuple[str, str]:
         """(read, write) of this layer, once it fits `model`, as `Transcoder.splice_hooks` (the same checks
         and the same exact map onto the model's weights, or a refusal naming the layer and why)."""
-        from .model import fit_plan, take_splice_plan
+        from .transcoder import fit_plan, take_splice_plan
 
         plan = fit_plan(model, cast(Any, self), caller="splice", arg=f"{arg} (a CrossLayerTranscoder)")
         if self.input_hook is None or self.output_hook is None:

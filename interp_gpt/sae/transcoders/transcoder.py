@@ -211,7 +211,7 @@ class Transcoder(CoderHookPoints, nn.Module):
         acts, x_in = self._encode(self._check_input(x, "x", "Transcoder.forward"))
         return self.hook_sae_output(self._decode(acts, x_in))
 
-    # ----- splicing (interp_gpt.splicing's protocol: `with model.transcoders([...])`) -----------
+    # ----- splicing (interp_gpt.model.splicing's protocol: `with model.transcoders([...])`) -----------
     def splice_hooks(self, model: Any, arg: str = "transcoder") -> tuple[str, str]:
         """(read, write): the hook it reads (`blocks.L.ln2.hook_normalized` or `blocks.L.hook_resid_mid`)
         and the one it replaces (`blocks.L.hook_mlp_out`), once it fits `model` (`check_transcoder_fits`).
