@@ -33,6 +33,7 @@ from ..common import (
     saelens_cfg_dict,
     saelens_cfg_json,
 )
+from .architectures import ARCHITECTURES, FIELD_OWNERS, get_architecture
 
 __all__ = [
     "SAEConfig",
@@ -45,7 +46,6 @@ __all__ = [
     "from_pre_6",
 ]
 
-ARCHITECTURES = ("standard", "topk", "jumprelu")
 # What sae-lens 6 accepts; "covariance_whitening" is refused at build time (see SAE.__init__).
 NORMALIZATIONS = ("none", "expected_average_only_in", "constant_norm_rescale", "layer_norm", "covariance_whitening")
 # The boolean fields: JSON true / false only (a string "false" is truthy; 0.5 would scale b_dec).
@@ -57,6 +57,12 @@ _METADATA_TYPES: dict[str, type] = {
     "hook_head_index": int,
 }
 _KIND_NAMES = {str: "a string", int: "an integer"}
+# The per-architecture fields (after `metadata`): each owned by the architectures that list it.
+_ARCH_FIELDS = (
+    "k", "rescale_acts_by_decoder_norm", "matryoshka_widths", "residual_threshold", "max_iterations",
+    "stop_on_duplicate_support", "n_heads", "n_attn_layers", "bottleneck_factor", "sae_diff_type", "kval_topk",
+    "tied_weights", "activation_normalization_factor",
+)  # fmt: skip
 
 
 @dataclass
@@ -72,15 +78,28 @@ class SAEConfig(ConfigDtype):
 
     d_in: int  # the width of the activation it reads (d_model for the residual stream)
     d_sae: int  # the number of features
-    architecture: str = "standard"  # "standard" (ReLU), "topk" or "jumprelu"
+    architecture: str = "standard"  # see ARCHITECTURES (interp_gpt.sae.saes.architectures)
     dtype: str = "float32"
     device: str = "cpu"
     apply_b_dec_to_input: bool = True  # encode x - b_dec rather than x
     normalize_activations: str = "none"  # see NORMALIZATIONS
     reshape_activations: str = "none"  # "hook_z": read [..., n_heads, d_head] as [..., n_heads * d_head]
-    k: int | None = None  # topk: features kept per token
-    rescale_acts_by_decoder_norm: bool = False  # topk: rank and decode acts * |W_dec row| (sae-lens' training form)
     metadata: SAEMetadata = field(default_factory=SAEMetadata)
+    # The fields of one architecture each (its module says which, with their defaults: see FIELD_OWNERS);
+    # another architecture's field must keep the default here (None / False) or it is refused by name.
+    k: int | None = None  # topk family: features kept per token
+    rescale_acts_by_decoder_norm: bool = False  # topk: rank and decode acts * |W_dec row| (sae-lens' training form)
+    matryoshka_widths: list[int] | None = None  # matryoshka_batchtopk: the nested prefix widths
+    residual_threshold: float | None = None  # matching_pursuit: stop when the residual's norm is below this
+    max_iterations: int | None = None  # matching_pursuit: at most this many features per token
+    stop_on_duplicate_support: bool | None = None  # matching_pursuit: stop when a feature is chosen again
+    n_heads: int | None = None  # temporal: attention heads over the context
+    n_attn_layers: int | None = None  # temporal
+    bottleneck_factor: int | None = None  # temporal
+    sae_diff_type: str | None = None  # temporal: "relu" or "topk" for the novel code
+    kval_topk: int | None = None  # temporal
+    tied_weights: bool | None = None  # temporal
+    activation_normalization_factor: float | None = None  # temporal
 
     def __post_init__(self) -> None:
         # Every field's type first (a JSON "false" is truthy, 0.5 halves b_dec), then its value.
@@ -92,15 +111,7 @@ class SAEConfig(ConfigDtype):
         check_positive_ints(self, ("d_in", "d_sae", "k"))
         check_bools(self, _BOOL_FIELDS, "JSON true or false")
         check_strings(self, ("architecture", "normalize_activations", "reshape_activations", "device"))
-        if self.architecture not in ARCHITECTURES:
-            raise ValueError(
-                f"architecture={self.architecture!r} is not supported; expected one of {', '.join(ARCHITECTURES)}"
-            )
-        if self.architecture == "topk":
-            if self.k is None:
-                self.k = 100  # sae-lens' TopKSAEConfig default
-            if not 1 <= self.k <= self.d_sae:
-                raise ValueError(f"k={self.k!r}: expected an integer in 1..d_sae={self.d_sae}")
+        self._check_architecture_fields()
         self.dtype = dtype_name(parse_dtype(self.dtype))
         if self.normalize_activations not in NORMALIZATIONS:
             raise ValueError(
@@ -108,6 +119,30 @@ class SAEConfig(ConfigDtype):
             )
         if self.reshape_activations not in ("none", "hook_z"):
             raise ValueError(f"reshape_activations={self.reshape_activations!r}; expected 'none' or 'hook_z'")
+
+    def _check_architecture_fields(self) -> None:
+        """Fill in the architecture's own fields' defaults; refuse another architecture's field by name."""
+        arch = get_architecture(self.architecture)
+        defaults = {f.name: f.default for f in dataclasses.fields(self)}
+        for name, owners in FIELD_OWNERS.items():
+            value = getattr(self, name)
+            if name in arch.fields:
+                if value is None:
+                    setattr(self, name, arch.fields[name])
+            elif value != defaults[name]:
+                raise ValueError(
+                    f"{name}={value!r} is a field of {', '.join(owners)} SAEs, not of a {self.architecture!r} one "
+                    f"(leave it out, or set architecture to one of those)"
+                )
+        for f in dataclasses.fields(self):  # a field no registered architecture owns yet
+            if f.name not in FIELD_OWNERS and f.name in _ARCH_FIELDS and getattr(self, f.name) != f.default:
+                raise ValueError(f"{f.name}={getattr(self, f.name)!r}: no supported architecture has this field")
+        arch.check_config(self)
+
+    @property
+    def architecture_module(self) -> Any:
+        """The `Architecture` of `self.architecture` (interp_gpt.sae.saes.architectures)."""
+        return get_architecture(self.architecture)
 
     @property
     def hook_name(self) -> str | None:
@@ -118,8 +153,8 @@ class SAEConfig(ConfigDtype):
     def to_dict(self) -> dict[str, Any]:
         """The cfg.json sae-lens 6 writes (and reads back as its own)."""
         fixed = {"apply_b_dec_to_input": self.apply_b_dec_to_input, "reshape_activations": self.reshape_activations}
-        topk = {"k": self.k, "rescale_acts_by_decoder_norm": self.rescale_acts_by_decoder_norm}
-        return saelens_cfg_json(self, self.architecture, fixed, {}, topk)
+        own = get_architecture(self.architecture).cfg_json_fields(self)
+        return saelens_cfg_json(self, self.architecture, fixed, own, {})
 
     @classmethod
     def from_dict(cls, d: dict[str, Any], where: str = "cfg") -> SAEConfig:

@@ -3,8 +3,8 @@
     encode:  f = act(( x - b_dec * apply_b_dec_to_input ) @ W_enc + b_enc)     # [..., d_sae]
     decode:  x_hat = f @ W_dec + b_dec                                          # [..., d_in]
 
-with act = ReLU ("standard"), ReLU of the k largest pre-activations ("topk"), or
-ReLU(h) * (h > threshold) ("jumprelu"). Each step passes through a hook point with sae-lens'
+for the standard SAE (act = ReLU); each other architecture (TopK, JumpReLU, ...: one small module
+each in `architectures/`) changes the activation or the encode / decode. Each step passes through a hook point with sae-lens'
 name: `hook_sae_input`, `hook_sae_acts_pre`, `hook_sae_acts_post`, `hook_sae_recons`,
 `hook_sae_output` (and `hook_sae_error` when spliced with the error term). `splice_hooks` and
 `splice_forward` are what the splicing mechanism (interp_gpt.model.splicing) asks of a module it splices in.
@@ -53,10 +53,13 @@ class SAE(CoderHookPoints, nn.Module):
                 "weights (sae-lens' SAE.fold_activation_whitening) and save with normalize_activations='none'"
             )
         self.cfg = cfg
+        self.arch = cfg.architecture_module  # the architecture's own code (interp_gpt.sae.saes.architectures)
         dtype, device = cfg.torch_dtype, torch.device(cfg.device)
         shapes = expected_shapes(cfg)
+        kept_float32 = self.arch.float32_params(cfg)
         for name, shape in shapes.items():
-            self.register_parameter(name, nn.Parameter(torch.zeros(shape, dtype=dtype, device=device)))
+            param_dtype = torch.float32 if name in kept_float32 else dtype
+            self.register_parameter(name, nn.Parameter(torch.zeros(shape, dtype=param_dtype, device=device)))
         if device.type != "meta":
             self.init_weights()
         # hook_sae_input, _output, _recons [..., d_in]; _acts_pre, _acts_post [..., d_sae]; hook_sae_error
@@ -103,25 +106,11 @@ class SAE(CoderHookPoints, nn.Module):
             x = x / (state["std"] + 1e-5)
         # "expected_average_only_in": identity here, as in sae-lens' inference SAE (its factor is
         # folded into the weights when a release is loaded, or the file says "none").
-        sae_in = x - self.b_dec * self.cfg.apply_b_dec_to_input
-        hidden_pre = hp["hook_sae_acts_pre"](sae_in @ self.W_enc + self.b_enc)
-        arch = self.cfg.architecture
-        if arch == "standard":
-            acts = torch.relu(hidden_pre)
-        elif arch == "jumprelu":
-            acts = torch.relu(hidden_pre) * (hidden_pre > self.threshold).to(hidden_pre.dtype)
-        else:  # topk: the k largest (after an optional decoder-norm rescale), ReLU'd, the rest 0
-            if self.cfg.rescale_acts_by_decoder_norm:
-                hidden_pre = hidden_pre * self.W_dec.norm(dim=-1)
-            assert self.cfg.k is not None
-            values, indices = torch.topk(hidden_pre, k=self.cfg.k, dim=-1, sorted=False)
-            acts = torch.zeros_like(hidden_pre).scatter_(-1, indices, values.relu())
+        acts = self.arch.encode(self, x, hp)
         return hp["hook_sae_acts_post"](acts), state
 
     def _decode(self, feature_acts: Tensor, state: dict[str, Any], hooked: bool = True) -> Tensor:
-        if self.cfg.architecture == "topk" and self.cfg.rescale_acts_by_decoder_norm:
-            feature_acts = feature_acts * (1 / self.W_dec.norm(dim=-1))
-        out = feature_acts @ self.W_dec + self.b_dec
+        out = self.arch.decode(self, feature_acts)
         if hooked:
             out = self.hook_sae_recons(out)
         if "coeff" in state:
@@ -223,5 +212,4 @@ class SAE(CoderHookPoints, nn.Module):
     def extra_repr(self) -> str:
         """Its shape and hook, in `repr`."""
         c = self.cfg
-        extra = f", k={c.k}" if c.architecture == "topk" else ""
-        return f"{c.architecture}, d_in={c.d_in}, d_sae={c.d_sae}{extra}, hook_name={c.hook_name!r}"
+        return f"{c.architecture}, d_in={c.d_in}, d_sae={c.d_sae}{self.arch.extra_repr(c)}, hook_name={c.hook_name!r}"

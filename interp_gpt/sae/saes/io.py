@@ -48,15 +48,7 @@ SHIPPED_RELEASES = {"tiny-gpt2-res": Path(__file__).resolve().parents[2] / "weig
 
 def expected_shapes(cfg: SAEConfig) -> dict[str, tuple[int, ...]]:
     """The tensors an SAE of this config holds, with sae-lens' names and shapes."""
-    shapes = {
-        "W_enc": (cfg.d_in, cfg.d_sae),
-        "W_dec": (cfg.d_sae, cfg.d_in),
-        "b_enc": (cfg.d_sae,),
-        "b_dec": (cfg.d_in,),
-    }
-    if cfg.architecture == "jumprelu":
-        shapes["threshold"] = (cfg.d_sae,)
-    return shapes
+    return cfg.architecture_module.shapes(cfg)  # type: ignore[no-any-return]
 
 
 def read_config(path: Path) -> SAEConfig:

@@ -1,15 +1,14 @@
 """`SAETrainer`: Adam on batches of activations `[batch, d_in]`, with sae-lens 6's losses (its
-`TrainingSAE.training_forward_pass`):
-  * reconstruction: `mse = ((x_hat - x) ** 2).sum(-1).mean()` (summed over d_in, mean over rows);
-  * "standard" (ReLU): `+ l1_coefficient * (f * ||W_dec[i]||).sum(-1).mean()`, its StandardTrainingSAE
-    term (the L1 of the feature activations weighted by the decoder rows' norms, so rescaling a decoder
-    row cannot shrink the penalty), the coefficient warmed up linearly over `l1_warm_up_steps`;
-  * "topk": `+ aux_coefficient * min(n_dead / k_aux, 1) * ||(x - x_hat) - W_dec^T topk_aux(f_dead)||^2`,
-    its TopKTrainingSAE's AuxK loss: the `k_aux = max(1, d_in // 2)` largest pre-activations of the dead
-    features reconstruct the residual the live ones leave.
+`TrainingSAE.training_forward_pass`): the reconstruction `mse = ((x_hat - x) ** 2).sum(-1).mean()`
+(summed over d_in, mean over rows) plus the architecture's own terms, each written in its module
+under `interp_gpt.sae.saes.architectures` (standard: the decoder-norm-weighted L1; topk: AuxK; ...).
+The trainer holds what they share: Adam, the learning-rate and coefficient schedules, the optional
+gradient-norm clip, the dead-feature accounting and the NaN rules.
 A feature is dead when it has not fired on any row of the last `dead_feature_window` batches.
 With `normalize_decoder` (the default for TopK) the decoder rows are kept at unit norm: the gradient's
 component along each row is removed before the Adam step and the rows are renormalised after it.
+`clip_grad_norm` (None: off, our default) clips the gradients' total norm before the step, as
+sae-lens' trainer always does at 1.0.
 
 Nothing NaN: each step checks its batch (`[batch, d_in]` floats) and that its loss is finite before the
 weights change. A NaN / inf batch is refused naming the step and the first bad value (the weights stay
@@ -27,7 +26,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 from tqdm.auto import tqdm  # type: ignore[import-untyped]
 
@@ -65,6 +63,7 @@ class SAETrainingConfig:
     l1_coefficient: float = 1.0  # "standard" only
     l1_warm_up_steps: int = 0
     aux_coefficient: float = 1 / 32  # "topk" AuxK loss weight (sae-lens' default is 1.0; OpenAI's paper 1/32)
+    clip_grad_norm: float | None = None  # clip the gradients' total norm to this before each step (sae-lens: 1.0)
     dead_feature_window: int = 200  # batches without firing before a feature counts as dead
     normalize_decoder: bool | None = None  # None: True for topk, False for standard (its L1 is norm-weighted)
     init_weights: bool = True  # False: train from the SAE's current weights
@@ -96,6 +95,10 @@ class SAETrainingConfig:
         self.seed = check_int_in_range(self.seed, "seed", 0, 2**63 - 1, caller=where)
         for name in ("l1_coefficient", "aux_coefficient"):
             setattr(self, name, check_non_negative(getattr(self, name), name, where))
+        if self.clip_grad_norm is not None:
+            self.clip_grad_norm = check_non_negative(self.clip_grad_norm, "clip_grad_norm", where)
+            if self.clip_grad_norm == 0:
+                raise ValueError(f"{where}: clip_grad_norm=0 would zero every step; use None for no clipping")
         for name in ("normalize_decoder", "init_weights", "init_b_dec_to_mean", "keep_last_good"):
             value = getattr(self, name)
             if not isinstance(value, bool) and not (name == "normalize_decoder" and value is None):
@@ -162,8 +165,8 @@ class SAETrainer:
     ) -> None:
         if not isinstance(sae, SAE):
             raise TypeError(f"sae: expected an interp_gpt SAE, got {type(sae).__name__}")
-        if sae.cfg.architecture not in ("standard", "topk"):
-            raise ValueError(f"sae.cfg.architecture={sae.cfg.architecture!r}: the trainer trains 'standard' or 'topk'")
+        self.architecture = sae.arch  # its losses and the steps around the update
+        sae.arch.check_trainable(sae, self)
         if sae.cfg.normalize_activations != "none":
             raise ValueError(
                 f"sae.cfg.normalize_activations={sae.cfg.normalize_activations!r}: train with "
@@ -171,8 +174,6 @@ class SAETrainer:
             )
         # reshape_activations="hook_z" only changes how the SAE reads a [..., n_heads, d_head] activation
         # spliced into the model; the trainer sees the same rows flattened, [batch, n_heads * d_head].
-        if sae.cfg.architecture == "topk" and sae.cfg.rescale_acts_by_decoder_norm:
-            raise ValueError("sae: train TopK with rescale_acts_by_decoder_norm=False (the decoder is kept unit-norm)")
         if cfg is not None and not isinstance(cfg, SAETrainingConfig):
             raise TypeError(f"cfg: expected a SAETrainingConfig, got {type(cfg).__name__}")
         self.sae, self.cfg = sae, cfg or SAETrainingConfig()
@@ -185,7 +186,7 @@ class SAETrainer:
             )
             evaluate_sae(model, sae, eval_tokens[:1])
         self.model, self.eval_tokens = model, eval_tokens
-        self.topk = sae.cfg.architecture == "topk"
+        self.topk = sae.arch.unit_norm_decoder  # (the name the transcoder trainer shares): unit-norm decoder by default
         self._start([sae.W_enc, sae.W_dec, sae.b_enc, sae.b_dec], (sae.cfg.d_sae,), sae.device)
 
     _name, _what, _holds = "SAETrainer", "SAE", "holds its"  # how messages name the trainer and what it trains
@@ -204,8 +205,14 @@ class SAETrainer:
         self.last_good: dict[str, Any] | None = None  # see `_keep_last_good`
 
     # ----- one step -----------------------------------------------------------------
-    @torch.no_grad()
     def _initialise(self, x: Tensor) -> None:
+        self.architecture.init_weights(self, x)
+        self._initialised = True
+
+    @torch.no_grad()
+    def default_init(self, x: Tensor) -> None:
+        """sae-lens' training initialisation: random unit decoder rows (norm 0.1 for a free standard
+        decoder), the encoder their transpose, b_enc 0, b_dec the first batch's mean (or 0)."""
         sae, gen = self.sae, torch.Generator().manual_seed(self.cfg.seed)
         w = torch.randn(sae.W_dec.shape, generator=gen, dtype=torch.float32)
         w = w / w.norm(dim=-1, keepdim=True) * (1.0 if self.normalize_decoder or self.topk else 0.1)
@@ -213,52 +220,20 @@ class SAETrainer:
         sae.W_enc.copy_(w.T)  # sae-lens' init: the encoder starts as the decoder's transpose
         sae.b_enc.zero_()
         sae.b_dec.copy_(x.mean(0) if self.cfg.init_b_dec_to_mean else torch.zeros_like(sae.b_dec))
-        self._initialised = True
+
+    def coefficient(self, value: float, warm_up_steps: int) -> float:
+        """`value` warmed up linearly from 0 over `warm_up_steps` steps (this step's share)."""
+        return value * (min(1.0, (self.n_steps + 1) / warm_up_steps) if warm_up_steps else 1.0)
+
+    def dead_mask(self) -> Tensor:
+        """The features dead now (bool `[d_sae]`): not fired in the last `dead_feature_window` batches."""
+        return self.steps_since_fired >= self.cfg.dead_feature_window
 
     def losses(self, x: Tensor) -> tuple[Tensor, dict[str, Tensor]]:
-        """The training loss on a batch `[n, d_in]` and its parts (mse, l1 or aux) and the features.
-        TopK (sae-lens' maths) folds `b_dec` into the encoder bias (`(x - b_dec) @ W_enc = x @ W_enc -
-        b_dec @ W_enc`: no `[n, d_in]` input gradient) and decodes by summing the k chosen decoder rows
-        per token (`embedding_bag`: k / d_sae of the dense matmul's work, forward and backward)."""
-        sae = self.sae
-        if self.topk:
-            assert sae.cfg.k is not None
-            bias = sae.b_enc - sae.b_dec @ sae.W_enc if sae.cfg.apply_b_dec_to_input else sae.b_enc
-            hidden_pre = torch.addmm(bias, x, sae.W_enc)  # (x - b_dec) @ W_enc + b_enc
-            values, indices = torch.topk(hidden_pre, k=sae.cfg.k, dim=-1, sorted=False)
-            acts = values.relu()
-            x_hat = F.embedding_bag(indices, sae.W_dec, per_sample_weights=acts, mode="sum") + sae.b_dec
-            with torch.no_grad():
-                feats = torch.zeros_like(hidden_pre).scatter_(-1, indices, acts)
-                self._fired = torch.zeros(sae.cfg.d_sae, dtype=torch.bool, device=x.device)
-                self._fired[indices[acts > 0]] = True
-        else:
-            sae_in = x - sae.b_dec * sae.cfg.apply_b_dec_to_input
-            hidden_pre = torch.addmm(sae.b_enc, sae_in, sae.W_enc)  # sae_in @ W_enc + b_enc, one pass
-            feats = torch.relu(hidden_pre)
-            x_hat = torch.addmm(sae.b_dec, feats, sae.W_dec)  # feats @ W_dec + b_dec
-            self._fired = None
-        mse = (x_hat - x).pow(2).sum(-1).mean()
-        parts = {"mse": mse, "feats": feats.detach()}
-        loss = mse
-        if not self.topk:
-            warm = self.cfg.l1_warm_up_steps
-            coeff = self.cfg.l1_coefficient * (min(1.0, (self.n_steps + 1) / warm) if warm else 1.0)
-            parts["l1"] = coeff * (feats * sae.W_dec.norm(dim=1)).sum(-1).mean()
-            loss = loss + parts["l1"]
-        else:
-            dead = self.steps_since_fired >= self.cfg.dead_feature_window
-            n_dead = int(dead.sum())
-            if n_dead:  # AuxK: only when some feature is dead
-                k_aux = max(1, sae.cfg.d_in // 2)  # sae-lens' d_in // 2, at least one (d_in = 1)
-                scale = min(n_dead / k_aux, 1.0)
-                k_aux = min(k_aux, n_dead)
-                masked = torch.where(dead[None], hidden_pre, -torch.inf)
-                aux_values, aux_indices = masked.topk(k_aux, dim=-1, sorted=False)
-                aux_hat = F.embedding_bag(aux_indices, sae.W_dec, per_sample_weights=aux_values, mode="sum")
-                residual = (x - x_hat).detach()
-                parts["aux"] = self.cfg.aux_coefficient * scale * (aux_hat - residual).pow(2).sum(-1).mean()
-                loss = loss + parts["aux"]
+        """The training loss on a batch `[n, d_in]` and its parts (mse, the architecture's terms, the
+        features): the architecture's `losses` (interp_gpt.sae.saes.architectures)."""
+        loss, parts = self.architecture.losses(self, x)
+        self._fired = parts.pop("fired", None)
         return loss, parts
 
     def _lr_factor(self) -> float:
@@ -292,19 +267,23 @@ class SAETrainer:
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         decoders = self._decoders()
-        if self.normalize_decoder:
-            with torch.no_grad():  # keep the step tangent to the unit sphere of each decoder row
+        with torch.no_grad():
+            if self.normalize_decoder:  # keep the step tangent to the unit sphere of each decoder row
                 for w_dec in decoders:
                     if w_dec.grad is not None:
                         w, grad = w_dec.flatten(1), w_dec.grad.view(w_dec.shape[0], -1)
                         grad -= (grad * w).sum(-1, keepdim=True) * w
+            self._before_update(parts)
+            if self.cfg.clip_grad_norm is not None:
+                torch.nn.utils.clip_grad_norm_(self.optimizer.param_groups[0]["params"], self.cfg.clip_grad_norm)
         self.optimizer.step()
         with torch.no_grad():
             if self.normalize_decoder:
                 for w_dec in decoders:
                     w_dec.div_(w_dec.flatten(1).norm(dim=-1).view(-1, *[1] * (w_dec.ndim - 1)))
             self._after_step()
-            fired = self._fired if self._fired is not None else (parts["feats"] > 0).any(-2)
+            self._after_update(parts)
+            fired = self._fired if self._fired is not None else (parts["feats"] != 0).any(-2)
             self.steps_since_fired += 1
             self.steps_since_fired[fired] = 0
         self.n_steps += 1
@@ -319,6 +298,14 @@ class SAETrainer:
 
     def _after_step(self) -> None:
         """Anything to project after the Adam step (nothing for an SAE)."""
+
+    def _before_update(self, parts: dict[str, Tensor]) -> None:
+        """The architecture's work between backward and the optimiser step."""
+        self.architecture.before_step(self)
+
+    def _after_update(self, parts: dict[str, Tensor]) -> None:
+        """The architecture's work after the optimiser step (e.g. a running threshold)."""
+        self.architecture.after_step(self, parts)
 
     def _n_rows(self, x: Any) -> int:
         return int(x.shape[0])
@@ -461,20 +448,20 @@ class SAETrainer:
     def _entry(self, x: Tensor, parts: dict[str, Tensor]) -> dict[str, float]:
         x = x.to(self.sae.device, self.sae.dtype)
         feats = parts["feats"]
-        x_hat = feats @ self.sae.W_dec + self.sae.b_dec
+        x_hat = parts["x_hat"] if "x_hat" in parts else self.sae.arch.decode(self.sae, feats)
         entry = {
             "step": float(self.n_steps),
             "tokens": float(self.n_tokens),
             "loss": float(parts["loss"]),
             "mse": float(parts["mse"]),
-            "l0": float((feats > 0).float().sum(-1).mean()),
+            "l0": float((feats != 0).float().sum(-1).mean()),
             "explained_variance": explained_variance(x, x_hat),
             "dead_fraction": self.dead_fraction,
             "lr": self.optimizer.param_groups[0]["lr"],
         }
-        for k in ("l1", "aux"):
-            if k in parts:
-                entry[k] = float(parts[k])
+        for k, v in parts.items():  # the architecture's loss terms (l1, aux, l0, ...)
+            if k not in entry and k not in ("feats", "x_hat") and v.ndim == 0:
+                entry[k] = float(v)
         return entry
 
     def evaluate(self) -> dict[str, float]:

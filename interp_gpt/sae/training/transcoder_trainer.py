@@ -289,6 +289,12 @@ class TranscoderTrainer(SAETrainer):
 
     # ----- initialisation, the losses, the projections -----------------------------------------------
     @torch.no_grad()
+    def _before_update(self, parts: dict[str, Tensor]) -> None:
+        """(Transcoders have no per-architecture step work.)"""
+
+    def _after_update(self, parts: dict[str, Tensor]) -> None:
+        """(Transcoders have no per-architecture step work.)"""
+
     def _initialise(self, batch: Any) -> None:  # type: ignore[override]
         """Decoder rows random unit vectors (x 0.1 without unit-norm decoders, as the SAE's standard init),
         encoder columns random unit vectors, b_dec each layer's mean target, thresholds at

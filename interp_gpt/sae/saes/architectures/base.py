@@ -1,0 +1,122 @@
+"""`Architecture`: what one SAE architecture adds to the shared SAE, in one small module.
+
+An architecture says which tensors it holds (`shapes`), which config fields are its own (`fields`,
+with their defaults: a field of another architecture is refused by name), how it encodes and
+decodes (`encode`, `decode`), and, when it trains, its loss (`losses`) and what it does around an
+optimiser step (`before_step`, `after_step`). `interp_gpt.sae.SAE` and `SAETrainer` call these and
+hold everything else: the input normalisation, the hook points, the optimiser, the schedules, the
+dead-feature accounting and the NaN rules.
+
+Example (how a module registers one; see `standard.py`):
+    >>> class Standard(Architecture):
+    ...     name = "standard"
+    ...     def activation(self, sae, hidden_pre):
+    ...         return torch.relu(hidden_pre)
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import torch
+from torch import Tensor
+
+if TYPE_CHECKING:
+    from ..config import SAEConfig
+
+__all__ = ["Architecture", "mse_of", "decoder_norms"]
+
+
+def mse_of(x_hat: Tensor, x: Tensor) -> Tensor:
+    """sae-lens' reconstruction loss: squared error summed over d_in, mean over rows."""
+    return (x_hat - x).pow(2).sum(-1).mean()
+
+
+def decoder_norms(sae: Any) -> Tensor:
+    """`||W_dec[i]||` per feature `[d_sae]`."""
+    return sae.W_dec.norm(dim=-1)
+
+
+class Architecture:
+    """One SAE architecture (sae-lens' name in `name`). Subclasses override what differs from the
+    standard ReLU SAE: encode `(x - b_dec) @ W_enc + b_enc` then `activation`, decode `f @ W_dec + b_dec`."""
+
+    name: ClassVar[str] = ""
+    # The config fields this architecture owns, with their defaults (filled in when None). Every other
+    # architecture's fields must keep the dataclass default (None or False): set, they are refused.
+    fields: ClassVar[dict[str, Any]] = {}
+    trainable: ClassVar[bool] = True
+    # The architecture sae-lens saves it as for inference (BatchTopK saves as "jumprelu").
+    saved_as: ClassVar[str | None] = None
+    # The loss parts this architecture logs beside "mse" (e.g. "l1", "aux").
+    loss_names: ClassVar[tuple[str, ...]] = ()
+    # The trainer's default for `normalize_decoder` (keep the decoder rows at unit norm).
+    unit_norm_decoder: ClassVar[bool] = False
+
+    # ----- the tensors and the config ---------------------------------------------------------
+    def shapes(self, cfg: SAEConfig) -> dict[str, tuple[int, ...]]:
+        """The tensors it holds, with sae-lens' names and shapes."""
+        return {
+            "W_enc": (cfg.d_in, cfg.d_sae),
+            "W_dec": (cfg.d_sae, cfg.d_in),
+            "b_enc": (cfg.d_sae,),
+            "b_dec": (cfg.d_in,),
+        }
+
+    def float32_params(self, cfg: SAEConfig) -> tuple[str, ...]:
+        """Parameters kept in float32 whatever the SAE's dtype (a JumpReLU threshold: sae-lens' #728)."""
+        return ()
+
+    def check_config(self, cfg: SAEConfig) -> None:
+        """Check this architecture's own fields' values (after the defaults are filled in)."""
+
+    def cfg_json_fields(self, cfg: SAEConfig) -> dict[str, Any]:
+        """Its fields as sae-lens writes them into cfg.json (after the shared ones)."""
+        return {name: getattr(cfg, name) for name in self.fields}
+
+    # ----- inference ----------------------------------------------------------------------
+    def hidden_pre(self, sae: Any, x: Tensor, hp: dict[str, Any]) -> Tensor:
+        """`(x - b_dec * apply_b_dec_to_input) @ W_enc + b_enc` through `hook_sae_acts_pre`."""
+        sae_in = x - sae.b_dec * sae.cfg.apply_b_dec_to_input
+        return hp["hook_sae_acts_pre"](sae_in @ sae.W_enc + sae.b_enc)  # type: ignore[no-any-return]
+
+    def activation(self, sae: Any, hidden_pre: Tensor) -> Tensor:
+        """The feature activations of the pre-activations (ReLU here)."""
+        return torch.relu(hidden_pre)
+
+    def encode(self, sae: Any, x: Tensor, hp: dict[str, Any]) -> Tensor:
+        """Feature activations of `x` (already normalised), before `hook_sae_acts_post`."""
+        return self.activation(sae, self.hidden_pre(sae, x, hp))
+
+    def decode(self, sae: Any, feature_acts: Tensor) -> Tensor:
+        """The reconstruction of feature activations, before `hook_sae_recons`."""
+        return feature_acts @ sae.W_dec + sae.b_dec
+
+    # ----- training -----------------------------------------------------------------------
+    def check_trainable(self, sae: Any, trainer: Any) -> None:
+        """Refuse, by name, an SAE this architecture cannot train as configured."""
+        if not self.trainable:
+            raise ValueError(f"sae.cfg.architecture={self.name!r} is inference only here (as in sae-lens)")
+
+    def init_weights(self, trainer: Any, x: Tensor) -> None:
+        """Training initialisation, from the first batch `x` (the trainer's default unless overridden)."""
+        trainer.default_init(x)
+
+    def losses(self, trainer: Any, x: Tensor) -> tuple[Tensor, dict[str, Tensor]]:
+        """The training loss on a batch `[n, d_in]` and its parts: "mse", this architecture's terms,
+        "feats" (the feature activations, detached) and optionally "fired" (bool `[d_sae]`)."""
+        raise NotImplementedError(f"{self.name}: no training loss")
+
+    def before_step(self, trainer: Any) -> None:
+        """After backward, before the optimiser step (e.g. project the gradient)."""
+
+    def after_step(self, trainer: Any, parts: dict[str, Tensor]) -> None:
+        """After the optimiser step (e.g. renormalise, update a running threshold)."""
+
+    def inference_state(self, sae: Any, state: dict[str, Tensor]) -> tuple[dict[str, Any], dict[str, Tensor]]:
+        """(cfg.json fields to change, state dict) as sae-lens saves a trained SAE for inference."""
+        return {}, state
+
+    def extra_repr(self, cfg: SAEConfig) -> str:
+        """Its own fields, for `repr(sae)`."""
+        return "".join(f", {name}={getattr(cfg, name)!r}" for name in self.fields)
