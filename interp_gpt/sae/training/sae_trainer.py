@@ -64,6 +64,18 @@ class SAETrainingConfig:
     l1_warm_up_steps: int = 0
     aux_coefficient: float = 1 / 32  # "topk" AuxK loss weight (sae-lens' default is 1.0; OpenAI's paper 1/32)
     clip_grad_norm: float | None = None  # clip the gradients' total norm to this before each step (sae-lens: 1.0)
+    # The architectures' own terms, with sae-lens' names and defaults (each read only by its architecture):
+    l0_coefficient: float = 1.0  # jumprelu: weight of the L0 (step / tanh / quadratic) sparsity loss
+    l0_warm_up_steps: int = 0  # jumprelu
+    jumprelu_init_threshold: float = 0.01  # jumprelu
+    jumprelu_bandwidth: float = 0.05  # jumprelu: the straight-through estimator's kernel width
+    jumprelu_sparsity_loss_mode: str = "step"  # jumprelu: "step", "tanh" or "quadratic"
+    jumprelu_tanh_scale: float = 4.0  # jumprelu, "tanh" mode
+    jumprelu_ste_to_input: bool = False  # jumprelu: the estimator's gradient reaches the pre-activations too
+    pre_act_loss_coefficient: float | None = None  # jumprelu: Anthropic's pre-activation loss on dead features
+    target_l0: float | None = None  # jumprelu, "quadratic" mode
+    topk_threshold_lr: float = 0.01  # batchtopk: the running threshold's update rate
+    use_matryoshka_aux_loss: bool = False  # matryoshka_batchtopk: an AuxK loss per nested width
     dead_feature_window: int = 200  # batches without firing before a feature counts as dead
     normalize_decoder: bool | None = None  # None: True for topk, False for standard (its L1 is norm-weighted)
     init_weights: bool = True  # False: train from the SAE's current weights
@@ -93,13 +105,24 @@ class SAETrainingConfig:
         for name, low in self._int_fields().items():
             setattr(self, name, check_int_in_range(getattr(self, name), name, low, None, caller=where))
         self.seed = check_int_in_range(self.seed, "seed", 0, 2**63 - 1, caller=where)
-        for name in ("l1_coefficient", "aux_coefficient"):
+        for name in ("l1_coefficient", "aux_coefficient", "l0_coefficient", "jumprelu_init_threshold",
+                     "jumprelu_tanh_scale", "topk_threshold_lr"):  # fmt: skip
             setattr(self, name, check_non_negative(getattr(self, name), name, where))
+        for name in ("pre_act_loss_coefficient", "target_l0"):
+            if getattr(self, name) is not None:
+                setattr(self, name, check_non_negative(getattr(self, name), name, where))
+        self.jumprelu_bandwidth = check_float(self.jumprelu_bandwidth, "jumprelu_bandwidth", 0.0, caller=where)
+        if self.jumprelu_sparsity_loss_mode not in ("step", "tanh", "quadratic"):
+            raise ValueError(
+                f"{where}: jumprelu_sparsity_loss_mode={self.jumprelu_sparsity_loss_mode!r}; expected 'step', "
+                "'tanh' or 'quadratic'"
+            )
         if self.clip_grad_norm is not None:
             self.clip_grad_norm = check_non_negative(self.clip_grad_norm, "clip_grad_norm", where)
             if self.clip_grad_norm == 0:
                 raise ValueError(f"{where}: clip_grad_norm=0 would zero every step; use None for no clipping")
-        for name in ("normalize_decoder", "init_weights", "init_b_dec_to_mean", "keep_last_good"):
+        for name in ("normalize_decoder", "init_weights", "init_b_dec_to_mean", "keep_last_good",
+                     "jumprelu_ste_to_input", "use_matryoshka_aux_loss"):  # fmt: skip
             value = getattr(self, name)
             if not isinstance(value, bool) and not (name == "normalize_decoder" and value is None):
                 none = " or None (the architecture's default)" if name == "normalize_decoder" else ""
@@ -117,6 +140,7 @@ INT_FIELDS = {
     "lr_warm_up_steps": 0,
     "lr_decay_steps": 0,
     "l1_warm_up_steps": 0,
+    "l0_warm_up_steps": 0,
     "dead_feature_window": 1,
     "log_every": 1,
     "eval_every": 0,
