@@ -37,3 +37,36 @@ def test_every_architecture_builds_and_says_its_fields_in_cfg_json() -> None:
 def _small(name: str) -> dict[str, object]:
     """Fields an architecture needs to fit d_sae=16."""
     return {"k": 4} if "k" in get_architecture(name).fields else {}
+
+
+@pytest.mark.parametrize("arch", ["standard"])
+def test_the_sparse_training_path_equals_the_dense_one(arch: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Once few features fire, training goes through the active entries alone: the same loss terms and
+    gradients as the dense computation (up to float summation order)."""
+    import torch
+
+    from interp_gpt.sae.saes.architectures import base
+    from interp_gpt.sae.training import SAETrainer, SAETrainingConfig
+
+    torch.manual_seed(0)
+    x = torch.randn(64, 16)
+    results = []
+    for share in (0.0, 1.0):  # every batch dense, then every batch sparse
+        monkeypatch.setattr(base, "SPARSE_BELOW", share)
+        sae = SAE(SAEConfig(d_in=16, d_sae=48, architecture=arch, **_small(arch), metadata=META))
+        sae.init_weights(seed=1)
+        with torch.no_grad():
+            sae.b_enc.copy_(torch.linspace(-2, 0.5, 48))  # some features never fire, some often
+            sae.b_dec.copy_(torch.randn(16, generator=torch.Generator().manual_seed(2)))
+        trainer = SAETrainer(sae, SAETrainingConfig(init_weights=False))
+        loss, parts = trainer.losses(x)
+        loss.backward()
+        scalars = {k: v for k, v in parts.items() if v.ndim == 0}
+        results.append((loss.detach(), scalars, {n: p.grad for n, p in sae.named_parameters()}))
+    (dense_loss, dense_parts, dense_grads), (sparse_loss, sparse_parts, sparse_grads) = results
+    torch.testing.assert_close(sparse_loss, dense_loss, rtol=1e-5, atol=1e-6)
+    for k in dense_parts:
+        torch.testing.assert_close(sparse_parts[k], dense_parts[k], rtol=1e-5, atol=1e-6)
+    for name, grad in dense_grads.items():
+        torch.testing.assert_close(sparse_grads[name], grad, rtol=1e-4, atol=1e-5, msg=name)
+    assert all(g is not None and bool(g.abs().sum() > 0) for g in dense_grads.values())
