@@ -142,9 +142,12 @@ def test_evaluate_sae_equals_an_independent_computation(tiny_model: GPT) -> None
             p.copy_(torch.randn(p.shape, generator=g) * 0.2)
     got = evaluate_sae(tiny_model, sae, tokens, batch_size=4)  # two uneven batches
 
-    def ce(replace=None):  # type: ignore[no-untyped-def]
+    def run(replace=None):  # type: ignore[no-untyped-def]
         hooks = [] if replace is None else [(HOOK, lambda a, hook: replace(a))]
-        logits = tiny_model.run_with_hooks(tokens, fwd_hooks=hooks)
+        return tiny_model.run_with_hooks(tokens, fwd_hooks=hooks)
+
+    def ce(replace=None):  # type: ignore[no-untyped-def]
+        logits = run(replace)
         return float(F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]), tokens[:, 1:].reshape(-1)))
 
     def by_hand(a: torch.Tensor) -> torch.Tensor:  # the SAE's maths, written out
@@ -160,6 +163,14 @@ def test_evaluate_sae_equals_an_independent_computation(tiny_model: GPT) -> None
         a_hat = by_hand(cache[HOOK]).reshape(-1, sae.cfg.d_in).double()
         pre = (cache[HOOK] - sae.b_dec) @ sae.W_enc + sae.b_enc
         kth = pre.topk(8, dim=-1).values.relu()
+        top_idx = pre.topk(8, dim=-1).indices.reshape(-1, 8)
+        p_clean = torch.softmax(run().double(), -1)
+        p_spliced = torch.softmax(run(by_hand).double(), -1)
+    kl = float((p_clean * (p_clean.log() - p_spliced.log())).sum(-1).mean())
+    assert got["kl_div"] == pytest.approx(kl, rel=1e-4) and got["kl_div"] > 0
+    share = torch.bincount(top_idx.flatten(), minlength=96).double() / top_idx.shape[0]  # each fires once per row
+    assert got["dense_fraction"] == pytest.approx(float((share > 0.1).double().mean()))
+    assert got["dead_fraction"] == pytest.approx(float((share == 0).double().mean()))
     assert got["ce_clean"] == pytest.approx(clean, rel=1e-5)
     assert got["ce_spliced"] == pytest.approx(spliced, rel=1e-5)
     assert got["ce_zero_ablation"] == pytest.approx(zero, rel=1e-5)

@@ -28,7 +28,7 @@ __all__ = [
     "NO_HOOKS", "hooks_of", "add_hook_points", "check_init_seed", "zero_if_present", "load_built", "CoderWeights",
     "CoderHookPoints", "CFG_FILENAME", "WEIGHTS_FILENAME", "DIGEST_KEY", "read_safetensors", "check_tensors",
     "check_digest", "removed_if_left_empty", "explained_variance",
-    "check_eval_inputs", "zero_ablation", "ce_batches", "ce_metrics", "add_corpus_arguments", "add_feature_arguments", "add_run_arguments",
+    "check_eval_inputs", "zero_ablation", "ce_batches", "kl_divergence", "ce_metrics", "add_corpus_arguments", "add_feature_arguments", "add_run_arguments",
     "add_out_arguments", "config_from_options", "check_hooks", "start_training_run", "run_subcommand", "command_main",
 ]  # fmt: skip
 
@@ -455,29 +455,48 @@ def ce_batches(
 ) -> Iterator[Any]:
     """The evaluation loop's CE losses, batch by batch: for each batch the clean run's loss (into
     ce["clean"]) and its cache of `names`, yielded; then, once the caller is done with it, the loss
-    with `splice()` entered (ce["spliced"]) and with the hooks `zeroed` zero-ablated (ce["zero"]),
-    each weighted by the batch's share of `tokens`."""
+    with `splice()` entered (ce["spliced"]), the KL divergence of the spliced next-token distribution
+    from the clean one (ce["kl"], mean over positions) and the loss with the hooks `zeroed`
+    zero-ablated (ce["zero"]), each weighted by the batch's share of `tokens`."""
+    ce.setdefault("kl", 0.0)
     for i in range(0, tokens.shape[0], batch_size):
         t = tokens[i : i + batch_size].to(model.W_E.device)
         w = t.shape[0] / tokens.shape[0]
-        loss, cache = model.run_with_cache(t, names_filter=names, return_type="loss")
-        ce["clean"] += float(loss) * w
+        logits, cache = model.run_with_cache(t, names_filter=names)
+        ce["clean"] += float(model.loss_fn(logits, t)) * w
         yield cache
         with splice():
-            ce["spliced"] += float(model(t, return_type="loss")) * w
+            spliced = model(t)
+        ce["spliced"] += float(model.loss_fn(spliced, t)) * w
+        ce["kl"] += kl_divergence(logits, spliced) * w
+        del logits, spliced
         fwd_hooks = [(name, zero_ablation) for name in zeroed]
         ce["zero"] += float(model.run_with_hooks(t, return_type="loss", fwd_hooks=fwd_hooks)) * w
 
 
+def kl_divergence(clean: Tensor, other: Tensor, rows: int = 8) -> float:
+    """Mean over positions of KL(softmax(clean) || softmax(other)) for logits `[batch, pos, d_vocab]`
+    (sae-lens' and SAEBench's `kl_div`), in float64 sums, a few rows at a time (a vocabulary's logits are large)."""
+    total = 0.0
+    for i in range(0, clean.shape[0], rows):
+        p = torch.log_softmax(clean[i : i + rows].float(), dim=-1)
+        q = torch.log_softmax(other[i : i + rows].float(), dim=-1)
+        total += float((p.exp() * (p - q)).sum(-1).double().sum())
+    return total / (clean.shape[0] * clean.shape[1])
+
+
 def ce_metrics(ce: dict[str, float], n_rows: int) -> dict[str, float]:
-    """The CE fields of an evaluation's result (ce_clean ... ce_loss_recovered) and n_tokens."""
-    return {
+    """The CE fields of an evaluation's result (ce_clean ... ce_loss_recovered, kl_div) and n_tokens."""
+    out = {
         "ce_clean": ce["clean"],
         "ce_spliced": ce["spliced"],
         "ce_zero_ablation": ce["zero"],
         "ce_loss_recovered": (ce["zero"] - ce["spliced"]) / (ce["zero"] - ce["clean"]),
         "n_tokens": float(n_rows),
     }
+    if "kl" in ce:
+        out["kl_div"] = ce["kl"]
+    return out
 
 
 # ----------------------------------------------------------------------------------------------

@@ -3,7 +3,10 @@
 * MSE: mean over tokens of the summed squared error;
 * explained variance: `1 - sum ||x - x_hat||^2 / sum ||x - mean(x)||^2`;
 * CE loss recovered: `(CE_zero_ablation - CE_spliced) / (CE_zero_ablation - CE_clean)`, where the
-  hook's activation is replaced by zeros (zero ablation) or by the SAE's reconstruction (spliced).
+  hook's activation is replaced by zeros (zero ablation) or by the SAE's reconstruction (spliced);
+* KL: the mean over positions of KL(clean next-token distribution || spliced one);
+* dead / dense latents: the share of features that never fire on the tokens, and of features that fire
+  on more than `DENSE_ABOVE` (10%) of them (SAEBench's core "dense" count).
 """
 
 from __future__ import annotations
@@ -16,14 +19,17 @@ from torch import Tensor
 from ..common import ce_batches, ce_metrics, check_eval_inputs, explained_variance
 from .core import SAE
 
-__all__ = ["explained_variance", "evaluate_sae"]
+__all__ = ["explained_variance", "evaluate_sae", "DENSE_ABOVE"]
+
+DENSE_ABOVE = 0.1  # a latent firing on more than this share of tokens counts as dense
 
 
 @torch.no_grad()
 def evaluate_sae(model: Any, sae: SAE, tokens: Tensor, batch_size: int = 32) -> dict[str, float]:
     """The SAE's metrics on `tokens` `[batch, pos]` at its hook: l0, mse, explained_variance,
-    dead_fraction (features that never fire on these tokens), ce_clean, ce_spliced, ce_zero_ablation,
-    ce_loss_recovered (see the module's docstring for the definitions). Every position counts (BOS too,
+    dead_fraction (features that never fire on these tokens), dense_fraction (features firing on more
+    than 10% of them), ce_clean, ce_spliced, ce_zero_ablation, ce_loss_recovered, kl_div (see the
+    module's docstring for the definitions). Every position counts (BOS too,
     as sae-lens' evaluation does by default).
 
     Example:
@@ -43,7 +49,7 @@ def evaluate_sae(model: Any, sae: SAE, tokens: Tensor, batch_size: int = 32) -> 
     sse = tss_sum = 0.0
     n_rows, l0_sum = 0, 0.0
     x_sum = None
-    fired = torch.zeros(sae.cfg.d_sae, dtype=torch.bool, device=sae.device)
+    counts = torch.zeros(sae.cfg.d_sae, dtype=torch.long, device=sae.device)
     for cache in ce_batches(model, tokens, batch_size, [hook], lambda: model.saes([sae]), [hook], ce):
         act = cache[hook].to(sae.device, sae.dtype)
         # one row per token ([n, n_heads, d_head] for a hook_z SAE, which flattens it itself)
@@ -51,8 +57,9 @@ def evaluate_sae(model: Any, sae: SAE, tokens: Tensor, batch_size: int = 32) -> 
         feats = sae.encode(rows)
         x_hat = sae.decode(feats).reshape(-1, sae.cfg.d_in)
         x = rows.reshape(-1, sae.cfg.d_in)
-        fired |= (feats > 0).any(0)
-        l0_sum += float((feats > 0).sum())
+        on = (feats != 0).reshape(-1, sae.cfg.d_sae)  # a signed (AbsTopK) feature fires when not 0
+        counts += on.sum(0)
+        l0_sum += float(on.sum())
         sse += float((x - x_hat).double().pow(2).sum())
         xd = x.double()
         x_sum = xd.sum(0) if x_sum is None else x_sum + xd.sum(0)
@@ -64,6 +71,7 @@ def evaluate_sae(model: Any, sae: SAE, tokens: Tensor, batch_size: int = 32) -> 
         "l0": l0_sum / n_rows,
         "mse": sse / n_rows,
         "explained_variance": 1 - sse / tss,
-        "dead_fraction": float((~fired).float().mean()),
+        "dead_fraction": float((counts == 0).float().mean()),
+        "dense_fraction": float((counts > DENSE_ABOVE * n_rows).float().mean()),
         **ce_metrics(ce, n_rows),
     }

@@ -288,13 +288,13 @@ class TranscoderTrainer(SAETrainer):
         return int(batch[0].shape[1])
 
     # ----- initialisation, the losses, the projections -----------------------------------------------
-    @torch.no_grad()
     def _before_update(self, parts: dict[str, Tensor]) -> None:
         """(Transcoders have no per-architecture step work.)"""
 
     def _after_update(self, parts: dict[str, Tensor]) -> None:
         """(Transcoders have no per-architecture step work.)"""
 
+    @torch.no_grad()
     def _initialise(self, batch: Any) -> None:  # type: ignore[override]
         """Decoder rows random unit vectors (x 0.1 without unit-norm decoders, as the SAE's standard init),
         encoder columns random unit vectors, b_dec each layer's mean target, thresholds at
