@@ -154,8 +154,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", help="also write the raw times here")
     args = p.parse_args(argv)
 
-    import torch
     from importlib.metadata import version
+
+    import torch
 
     from interp_gpt.sae.saes.architectures import REGISTRY
 
