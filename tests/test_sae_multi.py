@@ -144,7 +144,7 @@ def test_two_train_calls_and_a_step_equal_the_same_calls_alone() -> None:
 def test_the_ce_loss_recovered_is_logged_as_alone(model: Any, texts: list[str]) -> None:
     hook = "blocks.1.hook_resid_pre"
     tokens = token_windows(model, texts, 16, max_windows=2)
-    xs = [next(activation_batches(model, hook, texts, 128, 16)) for _ in range(1)] * 3
+    xs = [next(activation_batches(model, hook, texts, 128, 16))] * 3
     sae = toy_sae(hook, d_in=128, d_sae=64)
     cfg = SAETrainingConfig(lr=1e-3, log_every=1, eval_every=2)
     solo = alone(copy.deepcopy(sae), cfg, xs, 3, model=model, eval_tokens=tokens)

@@ -8,9 +8,9 @@ batches (`tests/test_sae_multi.py`). An SAE stopped by NaN / inf drops out (its 
 or rolled back, as alone); the others train to the end, then `MultiTrainingError` names each one stopped.
 Only the batch being trained on is held: memory is the store's (see `train_saes`' `keep_in_memory`).
 
-    >>> saes = {w: SAE(SAEConfig(d_in=128, d_sae=w, architecture="topk", k=32,
-    ...                          metadata={"hook_name": "blocks.1.hook_resid_pre"})) for w in (512, 1024, 2048)}
-    >>> trainer = train_saes(model, {f"w{w}": s for w, s in saes.items()}, texts, n_steps=1000)
+    >>> saes = {f"w{w}": SAE(SAEConfig(d_in=128, d_sae=w, architecture="topk", k=32,
+    ...                                metadata={"hook_name": "blocks.1.hook_resid_pre"})) for w in (512, 1024)}
+    >>> trainer = train_saes(model, saes, texts, n_steps=1000)
     >>> trainer.logs["w512"][-1]["explained_variance"]
 """
 
@@ -61,19 +61,28 @@ def sae_name(sae: SAE) -> str:
     return f"{sae.cfg.hook_name}-{sae.cfg.architecture}-{sae.cfg.d_sae}"
 
 
+def _check_sae(sae: Any, where: str) -> SAE:
+    if not isinstance(sae, SAE):
+        raise TypeError(f"{where}: expected an interp_gpt SAE, got {type(sae).__name__}")
+    if not sae.cfg.hook_name:
+        raise ValueError(
+            f"{where}: cfg.metadata.hook_name is not set; each SAE trains on its hook's rows "
+            "(SAEConfig(..., metadata={'hook_name': 'blocks.1.hook_resid_pre'}))"
+        )
+    return sae
+
+
 def _named(saes: Any) -> dict[str, SAE]:
     """`saes` (a mapping name -> SAE, or a sequence named by `sae_name`) checked: SAEs with a hook, each once."""
+    named: dict[str, SAE] = {}
     if isinstance(saes, Mapping):
-        named = dict(saes)
-        bad_key = next((k for k in named if not isinstance(k, str) or not k), None)
-        if bad_key is not None:
-            raise TypeError(f"saes: names must be non-empty strings, got {bad_key!r}")
+        for name, sae in saes.items():
+            if not isinstance(name, str) or not name:
+                raise TypeError(f"saes: names must be non-empty strings, got {name!r}")
+            named[name] = _check_sae(sae, f"saes[{name!r}]")
     elif isinstance(saes, Sequence) and not isinstance(saes, (str, bytes)):
-        named = {}
         for i, sae in enumerate(saes):
-            if not isinstance(sae, SAE):
-                raise TypeError(f"saes[{i}]: expected an interp_gpt SAE, got {type(sae).__name__}")
-            name = sae_name(sae)
+            name = sae_name(_check_sae(sae, f"saes[{i}]"))
             if name in named:
                 raise ValueError(
                     f"saes[{i}]: a second SAE named {name!r} (<hook>-<architecture>-<d_sae>); "
@@ -86,13 +95,6 @@ def _named(saes: Any) -> dict[str, SAE]:
         raise ValueError("saes: expected at least one SAE, got none")
     seen: dict[int, str] = {}
     for name, sae in named.items():
-        if not isinstance(sae, SAE):
-            raise TypeError(f"saes[{name!r}]: expected an interp_gpt SAE, got {type(sae).__name__}")
-        if not sae.cfg.hook_name:
-            raise ValueError(
-                f"saes[{name!r}]: cfg.metadata.hook_name is not set; each SAE trains on its hook's rows "
-                "(SAEConfig(..., metadata={'hook_name': 'blocks.1.hook_resid_pre'}))"
-            )
         if id(sae) in seen:
             raise ValueError(f"saes[{name!r}] is the same SAE object as saes[{seen[id(sae)]!r}]; each trains in place")
         seen[id(sae)] = name
@@ -207,31 +209,36 @@ class MultiSAETrainer:
             hooks = {self.hooks[n] for n in live}
             if len(hooks) > 1:
                 raise TypeError(
-                    f"the batch of step {step} is one tensor; SAEs on hooks {sorted(hooks)} need a dict hook -> rows"
+                    f"MultiSAETrainer: the batch of step {step} is one tensor; SAEs on hooks {sorted(hooks)} "
+                    "need a dict hook -> rows"
                 )
             batch = {h: batch for h in hooks}
         if not isinstance(batch, Mapping):
             raise TypeError(
-                f"the batch of step {step} must be a dict hook -> [batch, d] tensor, got {type(batch).__name__}"
+                f"MultiSAETrainer: the batch of step {step} must be a dict hook -> [batch, d] tensor, "
+                f"got {type(batch).__name__}"
             )
         rows: dict[str, Tensor] = {}
         for name, t in live.items():
             hook, d_in = self.hooks[name], t.sae.cfg.d_in
             if hook not in batch:
                 raise KeyError(
-                    f"the batch of step {step} has no rows of {hook!r} (SAE {name!r}); it has {sorted(batch)}"
+                    f"MultiSAETrainer: the batch of step {step} has no rows of {hook!r} (SAE {name!r}); "
+                    f"it has {sorted(batch)}"
                 )
             x = batch[hook]
             if not isinstance(x, Tensor) or x.ndim != 2 or x.shape[1] != d_in:
                 shape = tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__
                 raise ValueError(
-                    f"the batch of step {step} holds {shape} for {hook!r}; SAE {name!r} expects [batch, d_in={d_in}]"
+                    f"MultiSAETrainer: the batch of step {step} holds {shape} for {hook!r}; SAE {name!r} expects "
+                    f"[batch, d_in={d_in}]"
                 )
             rows[name] = x
         n_rows = {int(x.shape[0]) for x in rows.values()}
         if len(n_rows) > 1:
             raise ValueError(
-                f"the batch of step {step} holds {sorted(n_rows)} rows for different hooks; expected one count"
+                f"MultiSAETrainer: the batch of step {step} holds {sorted(n_rows)} rows for different hooks; "
+                "expected one count"
             )
         return rows
 
@@ -283,7 +290,7 @@ class MultiSAETrainer:
                     break
                 batch = next(it, None)
                 if batch is None:
-                    raise ValueError(f"batches: ran out after {i} steps (n_steps asked {n_steps})")
+                    raise ValueError(f"MultiSAETrainer: batches: ran out after {i} steps (n_steps asked {n_steps})")
                 self._step(batch, start, log=True)
                 logged = {n: t.log[-1] for n, t in self._live().items() if t.log and t.log[-1]["step"] == t.n_steps}
                 if logged:
@@ -297,9 +304,8 @@ class MultiSAETrainer:
             error = _diverged_last_step(trainer)
             if error is not None:
                 self.errors[name] = error
-        stopped = {n: e for n, e in self.errors.items()}
-        if stopped:
-            raise MultiTrainingError(_stopped_words(stopped), stopped)
+        if self.errors:
+            raise MultiTrainingError(_stopped_words(self.errors), dict(self.errors))
         return self.logs
 
 
@@ -386,13 +392,13 @@ def train_saes(
 
     The data: `activation_batches(model, hooks, texts, batch_size, context_size, seed, device, keep_in_memory)`,
     the hooks in the SAEs' order. The windows and the mixing order are those of a store of one hook with the
-    same seed, so each SAE sees the rows a run of its own would see, bit for bit, with one exception: a store
-    whose only hook is `blocks.L.hook_resid_pre` (L >= 1) computes it by the plain forward (fused LayerNorm and
-    attention kernels), a store of several hooks by the cached forward's explicit maths, so those rows differ
-    in rounding (float32: ~1e-7 relative). SAEs that all read one hook (N widths or architectures) use
-    the one-hook store itself: bit for bit in every case. With `keep_in_memory` the first pass's rows are
-    kept (float16) for later passes, each hook's (memory: rows x the hooks' widths x 2 bytes); without it
-    memory is the store's buffer and a later pass runs the model again.
+    same seed, so each SAE sees the rows a run of its own would see, bit for bit, with one exception:
+    `blocks.L.hook_resid_pre` (L >= 1) beside other hooks. A store of that hook alone computes it by the plain
+    forward (fused LayerNorm and attention kernels), a store of several hooks by the cached forward's explicit
+    maths (bit for bit `blocks.{L-1}.hook_resid_post`'s rows), so they differ in rounding (float32: ~1e-7
+    relative). SAEs that all read one hook (N widths or architectures) are bit for bit in every case. With
+    `keep_in_memory` the first pass's rows are kept (float16) for later passes, each hook's (memory: rows x the
+    hooks' widths x 2 bytes); without it memory is the store's buffer and a later pass runs the model again.
 
     Example:
         >>> trainer = train_saes(model, [sae_resid0, sae_resid1, sae_mlp1], texts, n_steps=1000,
@@ -404,10 +410,8 @@ def train_saes(
     trainer = MultiSAETrainer(named, cfg, model if eval_tokens is not None else None, eval_tokens)
     n_steps = check_int_in_range(n_steps, "n_steps", 1, None)
     hooks = list(dict.fromkeys(trainer.hooks.values()))
-    batches = activation_batches(
-        model, hooks[0] if len(hooks) == 1 else hooks, texts, batch_size, context_size, seed,
-        device if device is not None else model.W_E.device, keep_in_memory,
-    )  # fmt: skip
+    where = device if device is not None else model.W_E.device
+    batches = activation_batches(model, hooks, texts, batch_size, context_size, seed, where, keep_in_memory)
     trainer.train(batches, n_steps, progress)
     return trainer
 
@@ -456,7 +460,8 @@ def save_trained_saes(
             "trained_with": [n for n in trainer.trainers if n != name],
         }
         write_atomic(folders[name] / "metrics.json", json.dumps(metrics[name], indent=2) + "\n")
-    where = f"train-sae: the trained SAEs are saved in {', '.join(str(folders[n]) for n in done)} (metrics.json without validation)"
+    saved = ", ".join(str(folders[n]) for n in done)
+    where = f"train-sae: the trained SAEs are saved in {saved} (metrics.json without validation)"
     for name, t in done.items():
         try:
             metrics[name]["validation"] = evaluate(t.sae)

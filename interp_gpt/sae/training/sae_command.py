@@ -67,7 +67,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--k", type=int, default=32, help="active features per token (topk)")
     p.add_argument("--l1-coefficient", type=float, default=1.0, help="(standard)")
     add_run_arguments(p)
-    add_out_arguments(p, "cfg.json, sae_weights.safetensors, metrics.json; several SAEs: a folder each (see --hook)")
+    add_out_arguments(
+        p,
+        "cfg.json, sae_weights.safetensors, metrics.json; several SAEs: those in OUT/<hook>-<architecture>-<d_sae> "
+        "(its own last_good on NaN) and OUT/metrics.json with them all",
+    )
 
 
 def check_sae_args(args: argparse.Namespace) -> SAETrainingConfig:
