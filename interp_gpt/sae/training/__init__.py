@@ -16,6 +16,7 @@ The code lives in modules by job; this module keeps every name importable from o
   * `data.py`: split_corpus, token_windows, activation_batches, shipped_sae / _transcoders / _clt;
   * `evaluation.py`: explained_variance, evaluate_sae;
   * `trainer.py`: SAETrainingConfig, SAETrainer (the losses), NonFiniteTrainingError;
+  * `multi.py`: MultiSAETrainer, train_saes (many SAEs from one forward), MultiTrainingError, sae_name;
   * `train_command.py`: the command's options and run (add_arguments, run, run_command, main);
   * transcoders: `transcoder_trainer.py` (TranscoderTrainingConfig, TranscoderTrainer),
     `transcoder_evaluation.py` (evaluate_transcoders), `train_transcoder_command.py` (train-transcoder).
@@ -27,6 +28,7 @@ from ..saes.evaluation import evaluate_sae, explained_variance
 from ..transcoders.evaluation import evaluate_transcoders
 from . import data
 from .data import *  # noqa: F403 (every name of data.py, listed once there)
+from .multi import MultiSAETrainer, MultiTrainingError, sae_name, train_saes
 from .sae_command import add_arguments as add_arguments
 from .sae_command import main
 from .sae_command import run as run
@@ -38,6 +40,10 @@ __all__ = [
     "SAETrainingConfig",
     "SAETrainer",
     "NonFiniteTrainingError",
+    "MultiSAETrainer",
+    "MultiTrainingError",
+    "train_saes",
+    "sae_name",
     "TranscoderTrainingConfig",
     "TranscoderTrainer",
     "evaluate_transcoders",

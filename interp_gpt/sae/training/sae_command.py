@@ -5,11 +5,14 @@
 
 The `train-sae` command (this module holds its options, `interp-gpt train-sae` and
 `python -m interp_gpt.sae.training` run it): split the corpus, train, save the SAE and metrics.json.
+Several --hook, --architecture or --d-sae values train one SAE per combination from one forward
+(`multi.py`), each in OUT/<hook>-<architecture>-<d_sae>/, with OUT/metrics.json holding them all.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import shlex
 import sys
@@ -25,7 +28,6 @@ from ...files import write_atomic
 from ...utils import hook_shape
 from ..common import (
     add_corpus_arguments,
-    add_feature_arguments,
     add_out_arguments,
     add_run_arguments,
     check_hooks,
@@ -38,21 +40,38 @@ from ..saes.config import SAEConfig, SAEMetadata
 from ..saes.core import SAE
 from ..saes.evaluation import evaluate_sae
 from .data import activation_batches, split_corpus, token_windows
+from .multi import MultiSAETrainer, save_trained_saes
 from .sae_trainer import NonFiniteTrainingError, SAETrainer, SAETrainingConfig
 
 __all__ = ["add_arguments", "run", "run_command", "main"]
 
 
+HOOK, ARCHITECTURES, D_SAE = "blocks.1.hook_resid_pre", ("topk", "standard"), 1024  # the defaults
+_SEVERAL = (
+    "several (A B, or the option again): one SAE per --hook x --architecture x --d-sae, all trained from one "
+    "forward, each in OUT/<hook>-<architecture>-<d_sae>"
+)
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """The train-sae options (this module's command and `interp-gpt train-sae`)."""
     p.add_argument("--model", default="tiny-gpt2", help="model name, hub id, folder or weights file")
-    p.add_argument("--hook", default="blocks.1.hook_resid_pre", help="the hook to train on")
+    p.add_argument("--hook", action="extend", nargs="+", help=f"the hook to train on; {_SEVERAL} (default: {HOOK})")
     add_corpus_arguments(p)
-    add_feature_arguments(
-        p, ("topk", "standard"), ("TopK or ReLU + L1", "features", "active features per token (topk)", "(standard)")
+    # add_feature_arguments' options, --architecture and --d-sae taking several values
+    p.add_argument("--architecture", action="extend", nargs="+", choices=ARCHITECTURES,
+                   help=f"TopK or ReLU + L1; several: see --hook (default: {ARCHITECTURES[0]})")  # fmt: skip
+    p.add_argument(
+        "--d-sae", action="extend", nargs="+", type=int, help=f"features; several: see --hook (default: {D_SAE})"
     )
+    p.add_argument("--k", type=int, default=32, help="active features per token (topk)")
+    p.add_argument("--l1-coefficient", type=float, default=1.0, help="(standard)")
     add_run_arguments(p)
-    add_out_arguments(p, "cfg.json, sae_weights.safetensors, metrics.json")
+    add_out_arguments(
+        p,
+        "cfg.json, sae_weights.safetensors, metrics.json; several SAEs: those in OUT/<hook>-<architecture>-<d_sae> "
+        "(its own last_good on NaN) and OUT/metrics.json with them all",
+    )
 
 
 def check_sae_args(args: argparse.Namespace) -> SAETrainingConfig:
@@ -97,46 +116,86 @@ def _hook_width(model: Any, hook: str, tokens: Tensor) -> tuple[int, str]:
     )
 
 
-def run(args: argparse.Namespace, argv: Sequence[str] | None = None) -> dict[str, Any]:
-    """Train and save one SAE from parsed arguments; returns the metrics written to metrics.json.
+def _several(args: argparse.Namespace) -> list[tuple[str, str, int]]:
+    """(hook, architecture, d_sae) of each SAE asked for (--hook x --architecture x --d-sae), each once."""
+    lists = []
+    for option, default in (("hook", HOOK), ("architecture", ARCHITECTURES[0]), ("d_sae", D_SAE)):
+        value = getattr(args, option)
+        values = [default] if value is None else list(value) if isinstance(value, (list, tuple)) else [value]
+        twice = next((v for i, v in enumerate(values) if v in values[:i]), None)
+        if twice is not None:
+            raise ValueError(
+                f"--{option.replace('_', '-')}: {twice!r} is given twice; each SAE gets its own folder "
+                "OUT/<hook>-<architecture>-<d_sae>"
+            )
+        lists.append(values)
+    return [(str(h), str(a), int(d)) for h, a, d in itertools.product(*lists)]
 
-    Everything the run needs (the options, the hook, the corpus, the SAE's fit to the model and its
-    evaluation) is checked before the first step; the SAE is saved before its final evaluation. A step
-    that meets NaN / inf stops the run and saves the SAE's last good state in OUT/last_good."""
-    cfg = check_sae_args(args)
-    model = start_training_run(args)
-    check_hooks(model, [args.hook], "--hook")
-    check_int_in_range(args.context_size, "--context-size", 2, model.cfg.n_ctx, f"contexts of {args.model}")
-    train_texts, val_texts = split_corpus(check_text_files(args.data, "--data"), args.val_frac)
-    val_tokens = token_windows(model, val_texts, args.context_size, args.val_windows or None)
-    d_in, reshape = _hook_width(model, args.hook, val_tokens)
+
+def _one_sae(model: Any, args: argparse.Namespace, hook: str, architecture: str, d_sae: int, val_tokens: Tensor) -> SAE:
+    """The SAE to train on `hook`, its metadata from the run."""
+    d_in, reshape = _hook_width(model, hook, val_tokens)
     metadata = SAEMetadata(
-        hook_name=args.hook,
+        hook_name=hook,
         model_name=model.cfg.model_name,
         context_size=args.context_size,
         prepend_bos=True,
         dataset_path=", ".join(args.data),
     )
-    sae = SAE(
+    return SAE(
         SAEConfig(
             d_in=d_in,
-            d_sae=args.d_sae,
-            architecture=args.architecture,
-            k=args.k if args.architecture == "topk" else None,
+            d_sae=d_sae,
+            architecture=architecture,
+            k=args.k if architecture == "topk" else None,
             reshape_activations=reshape,
             metadata=metadata,
         )
     )
-    evaluate_sae(model, sae, val_tokens[:1])  # the final evaluation's path, tried before the first step
-    trainer = SAETrainer(sae, cfg)
+
+
+def run(args: argparse.Namespace, argv: Sequence[str] | None = None) -> dict[str, Any]:
+    """Train and save one SAE from parsed arguments; returns the metrics written to metrics.json.
+
+    Everything the run needs (the options, the hook, the corpus, the SAE's fit to the model and its
+    evaluation) is checked before the first step; the SAE is saved before its final evaluation. A step
+    that meets NaN / inf stops the run and saves the SAE's last good state in OUT/last_good.
+    Several --hook, --architecture or --d-sae values: `multi.save_trained_saes` trains them all from one
+    forward and saves each in OUT/<hook>-<architecture>-<d_sae>; returns OUT/metrics.json's contents."""
+    runs = _several(args)
+    for _, architecture, d_sae in runs:  # each SAE's options, checked as a run of its own would check them
+        cfg = check_sae_args(argparse.Namespace(**{**vars(args), "architecture": architecture, "d_sae": d_sae}))
+    hooks = list(dict.fromkeys(hook for hook, _, _ in runs))
+    model = start_training_run(args)
+    check_hooks(model, hooks, "--hook")
+    check_int_in_range(args.context_size, "--context-size", 2, model.cfg.n_ctx, f"contexts of {args.model}")
+    train_texts, val_texts = split_corpus(check_text_files(args.data, "--data"), args.val_frac)
+    val_tokens = token_windows(model, val_texts, args.context_size, args.val_windows or None)
+    saes = [_one_sae(model, args, hook, architecture, d_sae, val_tokens) for hook, architecture, d_sae in runs]
+    for sae in saes:
+        evaluate_sae(model, sae, val_tokens[:1])  # the final evaluation's path, tried before the first step
     n_steps = max(1, args.n_tokens // args.batch_size)
-    batches = activation_batches(model, args.hook, train_texts, args.batch_size, args.context_size, args.seed)
+    batches = activation_batches(
+        model, hooks[0] if len(hooks) == 1 else hooks, train_texts, args.batch_size, args.context_size, args.seed
+    )
     out = Path(args.out)
     command = "python -m interp_gpt.sae.training " + " ".join(shlex.quote(a) for a in (argv or []))
+    if len(saes) > 1:
+        fields = {"validation_text": _validation_text(args), "command": command}
+        return save_trained_saes(
+            MultiSAETrainer(saes, cfg), batches, n_steps, out, lambda sae: evaluate_sae(model, sae, val_tokens), fields,
+            progress=not args.no_progress,
+        )  # fmt: skip
+    sae = saes[0]
+    trainer = SAETrainer(sae, cfg)
     return train_save_evaluate(
         trainer, batches, n_steps, args, out, sae.save_model, lambda: evaluate_sae(model, sae, val_tokens),
         command, {}, "train-sae: the trained SAE is", "its",
     )  # fmt: skip
+
+
+def _validation_text(args: argparse.Namespace) -> str:
+    return f"the last {args.val_frac:.0%} (cut at a newline) of each text file in {', '.join(args.data)}"
 
 
 def train_save_evaluate(
@@ -169,7 +228,7 @@ def train_save_evaluate(
     save(out)  # before the evaluation, which can fail
     metrics: dict[str, Any] = {
         "validation": None,  # filled in below
-        "validation_text": f"the last {args.val_frac:.0%} (cut at a newline) of each text file in {', '.join(args.data)}",
+        "validation_text": _validation_text(args),
         **extra,
         "train": {k: log[-1][k] for k in ("l0", "mse", "explained_variance", "dead_fraction")},
         "steps": trainer.n_steps,
