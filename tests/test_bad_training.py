@@ -83,6 +83,19 @@ BAD_FIELDS = [
     ("seed", True, TypeError, r"seed must be an int, got bool"),
     ("keep_last_good", "no", TypeError, r"keep_last_good must be True or False"),
     ("history", {}, TypeError, r"history must be a list, got dict"),
+    ("clip_grad_norm", 0, ValueError, r"clip_grad_norm=0 would zero every step; use None"),
+    ("clip_grad_norm", -1.0, ValueError, r"clip_grad_norm=-1\.0 is out of range"),
+    ("l0_coefficient", -1.0, ValueError, r"l0_coefficient=-1\.0 is out of range"),
+    ("l0_warm_up_steps", -1, ValueError, r"l0_warm_up_steps=-1 is out of range"),
+    ("jumprelu_init_threshold", float("nan"), ValueError, r"jumprelu_init_threshold=nan is out of range"),
+    ("jumprelu_bandwidth", 0, ValueError, r"jumprelu_bandwidth=0 is out of range: expected a finite number > 0"),
+    ("jumprelu_sparsity_loss_mode", "l1", ValueError, r"jumprelu_sparsity_loss_mode='l1'; expected 'step', 'tanh'"),
+    ("jumprelu_tanh_scale", -4, ValueError, r"jumprelu_tanh_scale=-4 is out of range"),
+    ("jumprelu_ste_to_input", "false", TypeError, r"jumprelu_ste_to_input must be True or False"),
+    ("pre_act_loss_coefficient", -3e-6, ValueError, r"pre_act_loss_coefficient=-3e-06 is out of range"),
+    ("target_l0", "10", TypeError, r"target_l0 must be a number, got str"),
+    ("topk_threshold_lr", -0.01, ValueError, r"topk_threshold_lr=-0\.01 is out of range"),
+    ("use_matryoshka_aux_loss", 1, TypeError, r"use_matryoshka_aux_loss must be True or False"),
 ]
 
 

@@ -33,7 +33,6 @@ from ...checks import check_int_in_range
 from ...files import write_atomic
 from ...utils import hook_shape
 from ..saes.core import SAE
-from ..saes.evaluation import explained_variance
 from .data import activation_batches
 from .sae_trainer import NonFiniteTrainingError, SAETrainer, SAETrainingConfig
 
@@ -264,7 +263,7 @@ class MultiSAETrainer:
                 stopped[name] = self.errors[name] = e
                 continue
             if log:
-                _log_step(trainer, x, parts[name], start)
+                trainer.record(x, parts[name], start)
         self.n_steps += 1
         return parts, stopped
 
@@ -279,7 +278,7 @@ class MultiSAETrainer:
         """
         n_steps = check_int_in_range(n_steps, "n_steps", 1, None)
         for t in self._live().values():
-            t.total_steps = t.n_steps + n_steps  # what SAETrainer.train sets: the end its lr decay aims at
+            t.begin(n_steps)
         live = len(self._live())
         bar = tqdm(total=n_steps, desc=f"train {live} SAEs", unit="step", disable=not progress)
         it = iter(batches)
@@ -301,9 +300,10 @@ class MultiSAETrainer:
         finally:
             bar.close()
         for name, trainer in self._live().items():
-            error = _diverged_last_step(trainer)
-            if error is not None:
-                self.errors[name] = error
+            try:
+                trainer.finish()
+            except NonFiniteTrainingError as e:
+                self.errors[name] = e
         if self.errors:
             raise MultiTrainingError(_stopped_words(self.errors), dict(self.errors))
         return self.logs
@@ -313,64 +313,6 @@ def _stopped_words(stopped: Mapping[str, NonFiniteTrainingError]) -> str:
     return "; ".join(f"SAE {name!r} stopped: {e}" for name, e in stopped.items())
 
 
-# ----- SAETrainer.train's loop body and its end, for a trainer stepped from outside ------------------------------
-# The same entries as SAETrainer.train's log (tests/test_sae_multi.py compares them), from the trainer's public
-# attributes. A method on SAETrainer that runs one logged step (its train loop's body) would replace these two.
-@torch.no_grad()
-def _log_step(trainer: SAETrainer, x: Tensor, parts: dict[str, Tensor], start: float) -> None:
-    """After `trainer.step(x)`: its log entry every `log_every` steps and at the last, with the CE loss recovered
-    every `eval_every` steps and at the last when it has a model."""
-    last = trainer.n_steps == trainer.total_steps
-    if trainer.n_steps % trainer.cfg.log_every and not last:
-        return
-    sae = trainer.sae
-    x = x.to(sae.device, sae.dtype)
-    feats = parts["feats"]
-    entry = {
-        "step": float(trainer.n_steps),
-        "tokens": float(trainer.n_tokens),
-        "loss": float(parts["loss"]),
-        "mse": float(parts["mse"]),
-        "l0": float((feats > 0).float().sum(-1).mean()),
-        "explained_variance": explained_variance(x, feats @ sae.W_dec + sae.b_dec),
-        "dead_fraction": trainer.dead_fraction,
-        "lr": trainer.optimizer.param_groups[0]["lr"],
-    }
-    for k in ("l1", "aux"):
-        if k in parts:
-            entry[k] = float(parts[k])
-    entry["tokens_per_s"] = trainer.n_tokens / max(time.perf_counter() - start, 1e-9)  # of the lockstep run
-    ev = trainer.cfg.eval_every
-    if trainer.model is not None and (last or (ev and trainer.n_steps % ev == 0)):
-        entry.update(trainer.evaluate())
-    trainer.log.append(entry)
-
-
-@torch.no_grad()
-def _diverged_last_step(trainer: SAETrainer) -> NonFiniteTrainingError | None:
-    """SAETrainer.train's end: the last step's update may leave NaN / inf in the weights (no later loss shows
-    it); then roll back to the last good state, as it does, and return the error it raises."""
-    params = trainer.optimizer.param_groups[0]["params"]
-    if all(bool(torch.isfinite(p).all()) for p in params):
-        return None
-    step, kept = trainer.n_steps, trainer.last_good
-    if kept is not None:
-        for p, good in zip(params, kept["params"], strict=True):
-            p.copy_(good)
-        trainer.optimizer.state.clear()
-        trainer.n_steps, trainer.n_tokens = kept["step"], kept["tokens"]
-        trainer.steps_since_fired.copy_(kept["steps_since_fired"])
-        trainer.log[:] = [e for e in trainer.log if e["step"] <= trainer.n_steps]
-    where = "no good state was kept" if kept is None else f"the SAE holds its state after step {kept['step']}"
-    return NonFiniteTrainingError(
-        f"SAETrainer: step {step} left NaN or inf in the weights: training diverged (lr={trainer.cfg.lr:g}; lower "
-        f"cfg.lr); {where}",
-        step,
-        None if kept is None else kept["step"],
-    )
-
-
-# ----- the activation store ----------------------------------------------------------------------------------
 def train_saes(
     model: Any,
     saes: Any,

@@ -433,8 +433,7 @@ class SAETrainer:
         Example:
             >>> trainer.train(activation_batches(model, hook, texts), n_steps=2000)[-1]["l0"]
         """
-        n_steps = check_int_in_range(n_steps, "n_steps", 1, None)
-        self.total_steps = self.n_steps + n_steps
+        n_steps = self.begin(n_steps)
         bar = tqdm(total=n_steps, desc=f"train {self._what}", unit="step", disable=not progress)
         it = iter(batches)
         start = time.perf_counter()
@@ -443,22 +442,43 @@ class SAETrainer:
                 x = next(it, None)
                 if x is None:
                     raise ValueError(f"batches: ran out after {self.n_steps} steps (n_steps asked {n_steps} more)")
-                parts = self.step(x)
-                last = self.n_steps == self.total_steps
-                if self.n_steps % self.cfg.log_every == 0 or last:
-                    entry = self._entry(x, parts)
-                    entry["tokens_per_s"] = self.n_tokens / max(time.perf_counter() - start, 1e-9)
-                    ev = self.cfg.eval_every
-                    if self.model is not None and (last or (ev and self.n_steps % ev == 0)):
-                        entry.update(self.evaluate())
-                    self.log.append(entry)
+                entry = self.record(x, self.step(x), start)
+                if entry is not None:
                     bar.set_postfix(
                         {k: f"{entry[k]:.3g}" for k in ("l0", "mse", "explained_variance", "dead_fraction")}
                     )
                 bar.update(1)
         finally:
             bar.close()
-        if not self._weights_finite():  # the last step's update (the next loss would have shown it)
+        self.finish()
+        return self.log
+
+    # ----- the loop's parts, for a loop run from outside (MultiSAETrainer steps several in lockstep) -------
+    def begin(self, n_steps: int) -> int:
+        """Start a run of `n_steps` more steps (the end the learning-rate decay aims at); returns it checked."""
+        n_steps = check_int_in_range(n_steps, "n_steps", 1, None)
+        self.total_steps = self.n_steps + n_steps
+        return n_steps
+
+    def record(self, x: Tensor, parts: dict[str, Tensor], start: float) -> dict[str, float] | None:
+        """After `parts = step(x)`: the log entry, every `cfg.log_every` steps and at the run's last (with the
+        CE loss recovered every `cfg.eval_every` steps and at the last, given a model), or None between;
+        `start` is the run's `time.perf_counter()` at its start (for tokens_per_s)."""
+        last = self.n_steps == self.total_steps
+        if self.n_steps % self.cfg.log_every and not last:
+            return None
+        entry = self._entry(x, parts)
+        entry["tokens_per_s"] = self.n_tokens / max(time.perf_counter() - start, 1e-9)
+        ev = self.cfg.eval_every
+        if self.model is not None and (last or (ev and self.n_steps % ev == 0)):
+            entry.update(self.evaluate())
+        self.log.append(entry)
+        return entry
+
+    def finish(self) -> None:
+        """The run's end: the last step's update may have left NaN / inf in the weights (no later loss
+        shows it): roll back to the last good state and raise `NonFiniteTrainingError`."""
+        if not self._weights_finite():
             step, kept = self.n_steps, self._roll_back()
             raise NonFiniteTrainingError(
                 f"{self._name}: step {step} left NaN or inf in the weights: training diverged "
@@ -466,7 +486,6 @@ class SAETrainer:
                 step,
                 kept,
             )
-        return self.log
 
     @torch.no_grad()
     def _entry(self, x: Tensor, parts: dict[str, Tensor]) -> dict[str, float]:
