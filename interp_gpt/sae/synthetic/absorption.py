@@ -16,7 +16,7 @@ direction instead, scores 1.
 
 Example:
     >>> model = planted_hierarchy_model(n_parents=2, n_children=3, seed=0)
-    >>> absorption_score(sae, model, n_samples=5000)["absorption"]
+    >>> absorption_score(sae, model, n_samples=5000)["absorption"]   # sae: one trained on model.sample(...)
     0.02
 """
 

@@ -7,7 +7,7 @@ sae-lens' `generator_name`, so `synthetic_model_config.json` reads the same in b
 
 Example:
     >>> ZipfianFiringProbabilityConfig(exponent=1.0, max_prob=0.3, min_prob=0.01).generate(4)
-    tensor([0.3000, 0.1067, 0.0444, 0.0100])
+    tensor([0.3000, 0.1067, 0.0422, 0.0100])
     >>> generate_magnitudes(3, LinearMagnitudeConfig(start=1.0, end=2.0))
     tensor([1.0000, 1.5000, 2.0000])
 """

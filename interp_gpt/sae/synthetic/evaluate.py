@@ -15,7 +15,7 @@
 The SAE is duck-typed: `encode(x)`, `decode(f)` and `W_dec` `[d_sae, d_in]` are all it needs.
 
 Example:
-    >>> evaluate_synthetic(sae, model, n_samples=10_000, seed=0)["mcc"]
+    >>> evaluate_synthetic(sae, model, n_samples=10_000, seed=0)["mcc"]   # 1.0: a latent on every true feature
     0.97
 """
 

@@ -132,6 +132,7 @@ class _Plan:
 class Hierarchy:
     """A forest of `HierarchyNode` trees, checked: no cycle, no node with two parents, no feature twice,
     feature indices >= 0 (and below `num_features`, checked by `check_fits` where the count is known).
+    The nodes are read once, when the Hierarchy is made: change them before, not after.
 
     Example:
         >>> h = Hierarchy([HierarchyNode(0, [HierarchyNode(1), HierarchyNode(2)], mutually_exclusive_children=True)])
@@ -148,6 +149,7 @@ class Hierarchy:
         self._check_structure()
         self._plan = self._build_plan()
         self._on_device: dict[torch.device, _Plan] = {}
+        self._top = max(self.feature_indices, default=-1)  # the largest feature index in it
 
     # -- structure ---------------------------------------------------------
     def _check_structure(self) -> None:
@@ -244,8 +246,8 @@ class Hierarchy:
 
     def check_fits(self, num_features: int, arg: str = "hierarchy") -> None:
         """Refuse, by name, a feature index outside 0..num_features-1."""
-        if self.feature_indices and (top := max(self.feature_indices)) >= num_features:
-            raise ValueError(f"{arg}: feature_index={top} is out of range: features are 0..{num_features - 1}")
+        if self._top >= num_features:
+            raise ValueError(f"{arg}: feature_index={self._top} is out of range: features are 0..{num_features - 1}")
 
     @property
     def rescaling_parents(self) -> list[int]:
@@ -430,19 +432,22 @@ class HierarchyConfig:
 
     def __post_init__(self) -> None:
         b = self.branching_factor
-        if isinstance(b, list):
+        if isinstance(b, list):  # JSON has no tuples
             object.__setattr__(self, "branching_factor", b := tuple(b))
-        bad = (
-            ("total_root_nodes", self.total_root_nodes, self.total_root_nodes > 0, "> 0"),
-            ("branching_factor", b, (b >= 2) if isinstance(b, int) else (len(b) == 2 and 2 <= b[0] <= b[1]), ">= 2 (or (min, max) with 2 <= min <= max)"),
-            ("max_depth", self.max_depth, self.max_depth >= 1, ">= 1"),
-            ("mutually_exclusive_portion", self.mutually_exclusive_portion, 0 <= self.mutually_exclusive_portion <= 1, "in [0, 1]"),
-            ("mutually_exclusive_min_depth", self.mutually_exclusive_min_depth, self.mutually_exclusive_min_depth >= 0, ">= 0"),
-            ("mutually_exclusive_max_depth", self.mutually_exclusive_max_depth, self.mutually_exclusive_max_depth is None or self.mutually_exclusive_max_depth >= self.mutually_exclusive_min_depth, ">= mutually_exclusive_min_depth"),
-        )  # fmt: skip
-        for name, value, ok, expected in bad:
+        wide_enough = b >= 2 if isinstance(b, int) else len(b) == 2 and 2 <= b[0] <= b[1]
+        lo, hi = self.mutually_exclusive_min_depth, self.mutually_exclusive_max_depth
+        for name, ok, expected in (
+            ("total_root_nodes", self.total_root_nodes > 0, "> 0"),
+            ("branching_factor", wide_enough, ">= 2, or (min, max) with 2 <= min <= max"),
+            ("max_depth", self.max_depth >= 1, ">= 1"),
+            ("mutually_exclusive_portion", 0 <= self.mutually_exclusive_portion <= 1, "in [0, 1]"),
+            ("mutually_exclusive_min_depth", lo >= 0, ">= 0"),
+            ("mutually_exclusive_max_depth", hi is None or hi >= lo, ">= mutually_exclusive_min_depth"),
+        ):
             if not ok:
-                raise ValueError(f"HierarchyConfig: {name}={value!r} is out of range: expected {expected}")
+                raise ValueError(
+                    f"HierarchyConfig: {name}={getattr(self, name)!r} is out of range: expected {expected}"
+                )
 
     def to_dict(self) -> dict[str, Any]:
         b = self.branching_factor

@@ -104,6 +104,17 @@ class SyntheticModelConfig:
             raise ValueError(f"SyntheticModelConfig: seed={self.seed!r} is out of range: expected an int >= 0 or None")
         if not isinstance(self.bias, bool) and (not isinstance(self.bias, (int, float)) or not self.bias >= 0):
             raise ValueError(f"SyntheticModelConfig: bias={self.bias!r}: expected True, False or a norm >= 0")
+        if not hasattr(self.firing_probability, "generate"):
+            raise TypeError(
+                f"SyntheticModelConfig: firing_probability must be a firing-probability config, got {self.firing_probability!r}"
+            )
+        for name, cls in (
+            ("hierarchy", HierarchyConfig),
+            ("orthogonalization", OrthogonalizationConfig),
+            ("correlation", LowRankCorrelationConfig),
+        ):
+            if (v := getattr(self, name)) is not None and not isinstance(v, cls):
+                raise TypeError(f"SyntheticModelConfig: {name} must be a {cls.__name__} or None, got {v!r}")
         for name in ("std_firing_magnitudes", "mean_firing_magnitudes"):
             v = getattr(self, name)
             if isinstance(v, bool) or not (isinstance(v, (int, float)) or hasattr(v, "generate")):
