@@ -84,7 +84,7 @@ def test_the_network_reads_in_one_sitting() -> None:
 # The folders a newcomer reads the architecture from (DESIGN.md, "The house").
 PACKAGES = (
     "model", "checkpoints", "tokenizer", "cli", "store", "sae", "sae/saes", "sae/transcoders", "sae/training",
-    "patching", "circuits", "attribution", "lenses", "causal", "plots",
+    "sae/synthetic", "patching", "circuits", "attribution", "lenses", "causal", "plots",
 )  # fmt: skip
 TOP_LEVEL_MAX = 20
 
