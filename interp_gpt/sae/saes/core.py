@@ -161,7 +161,8 @@ class SAE(CoderHookPoints, nn.Module):
         return self._decode(feature_acts, state)
 
     def forward(self, x: Float[Tensor, "... d_in"]) -> Float[Tensor, "... d_in"]:
-        """decode(encode(x)) through `hook_sae_output` (the error term is the splice's job: see
+        """decode(encode(x)) through `hook_sae_output` (a temporal SAE adds its predicted code and skips
+        `hook_sae_recons`, as sae-lens'; the error term is the splice's job: see
         `model.add_sae(sae, use_error_term=True)`). Example: `x_hat = sae(x)`."""
         acts, state = self._encode(x)
         return self.hook_sae_output(self._decode(acts, state, forward=True))
@@ -174,7 +175,7 @@ class SAE(CoderHookPoints, nn.Module):
         return name, name
 
     def splice_forward(self, x: Tensor, hooked: bool = True) -> Tensor:
-        """decode(encode(x)), not through `hook_sae_output` (the splice runs that, after the error term);
+        """forward's reconstruction, not through `hook_sae_output` (the splice runs that, after the error term);
         `hooked=False` past every hook point: the clean pass of the error term."""
         return self._decode(*self._encode(x, hooked=hooked), hooked=hooked, forward=True)
 
