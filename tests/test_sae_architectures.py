@@ -36,7 +36,11 @@ def test_every_architecture_builds_and_says_its_fields_in_cfg_json() -> None:
 
 def _small(name: str) -> dict[str, object]:
     """Fields an architecture needs to fit d_sae=16."""
-    return {"k": 4} if "k" in get_architecture(name).fields else {}
+    fields = get_architecture(name).fields
+    small: dict[str, object] = {"k": 4} if "k" in fields else {}
+    if "bottleneck_factor" in fields:  # temporal: d_sae a multiple of bottleneck_factor * n_heads
+        small.update(n_heads=2, bottleneck_factor=4)
+    return small
 
 
 @pytest.mark.parametrize("arch", ["standard"])

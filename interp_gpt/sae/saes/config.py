@@ -46,8 +46,12 @@ __all__ = [
     "from_pre_6",
 ]
 
-# What sae-lens 6 accepts; "covariance_whitening" is refused at build time (see SAE.__init__).
-NORMALIZATIONS = ("none", "expected_average_only_in", "constant_norm_rescale", "layer_norm", "covariance_whitening")
+# What sae-lens 6 accepts; "covariance_whitening" is refused at build time (see SAE.__init__);
+# "constant_scalar_rescale" (times activation_normalization_factor) is a temporal SAE's only.
+NORMALIZATIONS = (
+    "none", "expected_average_only_in", "constant_norm_rescale", "layer_norm", "covariance_whitening",
+    "constant_scalar_rescale",
+)  # fmt: skip
 # The boolean fields: JSON true / false only (a string "false" is truthy; 0.5 would scale b_dec).
 _BOOL_FIELDS = ("apply_b_dec_to_input", "rescale_acts_by_decoder_norm")
 # Metadata keys this package reads, and the type each must have when present (None: not recorded).
@@ -116,6 +120,12 @@ class SAEConfig(ConfigDtype):
         if self.normalize_activations not in NORMALIZATIONS:
             raise ValueError(
                 f"normalize_activations={self.normalize_activations!r}; expected one of {', '.join(NORMALIZATIONS)}"
+            )
+        scalers = FIELD_OWNERS.get("activation_normalization_factor", ())
+        if self.normalize_activations == "constant_scalar_rescale" and self.architecture not in scalers:
+            raise ValueError(
+                f"normalize_activations='constant_scalar_rescale' is for {', '.join(scalers) or 'temporal'} SAEs "
+                f"(it scales by their activation_normalization_factor), not a {self.architecture!r} one"
             )
         if self.reshape_activations not in ("none", "hook_z"):
             raise ValueError(f"reshape_activations={self.reshape_activations!r}; expected 'none' or 'hook_z'")

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 from jaxtyping import Float
@@ -58,8 +58,14 @@ class SAE(CoderHookPoints, nn.Module):
         shapes = expected_shapes(cfg)
         kept_float32 = self.arch.float32_params(cfg)
         for name, shape in shapes.items():
+            if "." in name:  # a submodule's: the architecture's build registers it
+                continue
             param_dtype = torch.float32 if name in kept_float32 else dtype
             self.register_parameter(name, nn.Parameter(torch.zeros(shape, dtype=param_dtype, device=device)))
+        self.arch.build(self)
+        built = {name: tuple(p.shape) for name, p in self.named_parameters()}
+        if built != shapes:  # the file checks (io.expected_shapes) and the module must agree
+            raise RuntimeError(f"architecture {cfg.architecture!r} built {built}, its shapes say {shapes}")
         if device.type != "meta":
             self.init_weights()
         # hook_sae_input, _output, _recons [..., d_in]; _acts_pre, _acts_post [..., d_sae]; hook_sae_error
@@ -79,10 +85,22 @@ class SAE(CoderHookPoints, nn.Module):
         bound = math.sqrt(6.0 / self.cfg.d_in)  # kaiming_uniform_ with its defaults (fan_in = d_in)
         w = torch.rand(self.W_dec.shape, generator=gen, device=self.W_dec.device, dtype=torch.float32)
         self.W_dec.copy_((w * 2 - 1) * bound)
-        self.W_enc.copy_(self.W_dec.T)
+        if hasattr(self, "W_enc"):  # (an SAE with tied weights has none)
+            self.W_enc.copy_(self.W_dec.T)
         for name in ("b_enc", "b_dec", "threshold"):
             if hasattr(self, name):
                 getattr(self, name).zero_()
+        self.arch.init_extra(self, gen)
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """The dtype of its weights (read from `W_dec`, which every architecture holds)."""
+        return self.W_dec.dtype
+
+    @property
+    def device(self) -> torch.device:
+        """The device its weights are on."""
+        return self.W_dec.device
 
     # ----- the two halves (dtype, device, hook_names: CoderHookPoints') ---------------
     def _encode(self, x: Tensor, hooked: bool = True) -> tuple[Tensor, dict[str, Any]]:
@@ -104,19 +122,29 @@ class SAE(CoderHookPoints, nn.Module):
             x = x - state["mu"]
             state["std"] = x.std(dim=-1, keepdim=True)
             x = x / (state["std"] + 1e-5)
+        elif norm == "constant_scalar_rescale":  # a temporal SAE's fixed factor (its cfg's)
+            x = x * cast(float, self.cfg.activation_normalization_factor)
         # "expected_average_only_in": identity here, as in sae-lens' inference SAE (its factor is
         # folded into the weights when a release is loaded, or the file says "none").
-        acts = self.arch.encode(self, x, hp)
+        acts = self.arch.encode_with_state(self, x, hp, state)
         return hp["hook_sae_acts_post"](acts), state
 
-    def _decode(self, feature_acts: Tensor, state: dict[str, Any], hooked: bool = True) -> Tensor:
-        out = self.arch.decode(self, feature_acts)
-        if hooked:
-            out = self.hook_sae_recons(out)
+    def _decode(
+        self, feature_acts: Tensor, state: dict[str, Any], hooked: bool = True, forward: bool = False
+    ) -> Tensor:
+        """The reconstruction, normalisation and reshape undone; `forward`: forward's (the architecture's
+        `forward_decode`, e.g. a temporal SAE adds its predicted code), else `decode`'s."""
+        hp = hooks_of(self) if hooked else NO_HOOKS
+        if forward:
+            out = self.arch.forward_decode(self, feature_acts, state, hp)
+        else:
+            out = hp["hook_sae_recons"](self.arch.decode(self, feature_acts))
         if "coeff" in state:
             out = out / state["coeff"]
         elif "mu" in state:
             out = out * state["std"] + state["mu"]
+        elif self.cfg.normalize_activations == "constant_scalar_rescale":
+            out = out / cast(float, self.cfg.activation_normalization_factor)
         if "d_head" in state:
             out = out.unflatten(-1, (-1, state["d_head"]))
         return out
@@ -133,10 +161,11 @@ class SAE(CoderHookPoints, nn.Module):
         return self._decode(feature_acts, state)
 
     def forward(self, x: Float[Tensor, "... d_in"]) -> Float[Tensor, "... d_in"]:
-        """decode(encode(x)) through `hook_sae_output` (the error term is the splice's job: see
+        """decode(encode(x)) through `hook_sae_output` (a temporal SAE adds its predicted code and skips
+        `hook_sae_recons`, as sae-lens'; the error term is the splice's job: see
         `model.add_sae(sae, use_error_term=True)`). Example: `x_hat = sae(x)`."""
         acts, state = self._encode(x)
-        return self.hook_sae_output(self._decode(acts, state))
+        return self.hook_sae_output(self._decode(acts, state, forward=True))
 
     # ----- splicing (the protocol of interp_gpt.model.splicing) -------------------------
     def splice_hooks(self, model: Any, arg: str = "sae") -> tuple[str, str]:
@@ -146,9 +175,9 @@ class SAE(CoderHookPoints, nn.Module):
         return name, name
 
     def splice_forward(self, x: Tensor, hooked: bool = True) -> Tensor:
-        """decode(encode(x)), not through `hook_sae_output` (the splice runs that, after the error term);
+        """forward's reconstruction, not through `hook_sae_output` (the splice runs that, after the error term);
         `hooked=False` past every hook point: the clean pass of the error term."""
-        return self._decode(*self._encode(x, hooked=hooked), hooked=hooked)
+        return self._decode(*self._encode(x, hooked=hooked), hooked=hooked, forward=True)
 
     # (reset_hooks: CoderHookPoints')
 

@@ -3,6 +3,8 @@
     standard   ReLU, decoder-norm-weighted L1            (standard.py)
     topk       the k largest pre-activations per token    (topk.py)
     jumprelu   ReLU above a learned threshold             (jumprelu.py)
+    temporal   attention over earlier positions predicts  (temporal.py; inference only)
+               a code, a sparse novel code does the rest
 
 `get_architecture(name)` returns one; `ARCHITECTURES` lists them in order.
 
@@ -18,11 +20,12 @@ import difflib
 from .base import Architecture
 from .jumprelu import JumpReLU
 from .standard import Standard
+from .temporal import Temporal
 from .topk import TopK
 
 __all__ = ["Architecture", "ARCHITECTURES", "REGISTRY", "get_architecture", "FIELD_OWNERS"]
 
-REGISTRY: dict[str, Architecture] = {a.name: a for a in (Standard(), TopK(), JumpReLU())}
+REGISTRY: dict[str, Architecture] = {a.name: a for a in (Standard(), TopK(), JumpReLU(), Temporal())}
 ARCHITECTURES = tuple(REGISTRY)
 # config field -> the architectures that own it
 FIELD_OWNERS: dict[str, tuple[str, ...]] = {}

@@ -130,6 +130,11 @@ class Architecture:
             "b_dec": (cfg.d_in,),
         }
 
+    def build(self, sae: Any) -> None:
+        """Register on `sae` the tensors of `shapes` whose names hold a dot (a submodule's, such as
+        `attn_layers.0.k_ctx.weight`), on its device and dtype; `SAE.__init__` registers the plain
+        names. Default: none."""
+
     def float32_params(self, cfg: SAEConfig) -> tuple[str, ...]:
         """Parameters kept in float32 whatever the SAE's dtype (a JumpReLU threshold: sae-lens' #728)."""
         return ()
@@ -155,9 +160,22 @@ class Architecture:
         """Feature activations of `x` (already normalised), before `hook_sae_acts_post`."""
         return self.activation(sae, self.hidden_pre(sae, x, hp))
 
+    def encode_with_state(self, sae: Any, x: Tensor, hp: dict[str, Any], state: dict[str, Any]) -> Tensor:
+        """`encode`, free to keep in `state` what `forward_decode` needs later in the pass. Default: keeps nothing."""
+        return self.encode(sae, x, hp)
+
     def decode(self, sae: Any, feature_acts: Tensor) -> Tensor:
         """The reconstruction of feature activations, before `hook_sae_recons`."""
         return feature_acts @ sae.W_dec + sae.b_dec
+
+    def forward_decode(self, sae: Any, feature_acts: Tensor, state: dict[str, Any], hp: dict[str, Any]) -> Tensor:
+        """The reconstruction `forward` (and a splice) outputs, before the input's normalisation is undone.
+        Default: `decode` through `hook_sae_recons`, as the public `decode`."""
+        return hp["hook_sae_recons"](self.decode(sae, feature_acts))  # type: ignore[no-any-return]
+
+    def init_extra(self, sae: Any, gen: torch.Generator | None) -> None:
+        """After `SAE.init_weights`' shared initialisation: initialise what this architecture initialises
+        its own way (e.g. the tensors `build` registered). Default: nothing."""
 
     # ----- training -----------------------------------------------------------------------
     def check_trainable(self, sae: Any, trainer: Any) -> None:
