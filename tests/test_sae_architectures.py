@@ -74,3 +74,23 @@ def test_the_sparse_training_path_equals_the_dense_one(arch: str, monkeypatch: p
     for name, grad in dense_grads.items():
         torch.testing.assert_close(sparse_grads[name], grad, rtol=1e-4, atol=1e-5, msg=name)
     assert all(g is not None and bool(g.abs().sum() > 0) for g in dense_grads.values())
+
+
+def test_every_architecture_evaluates_on_a_model(tiny_model) -> None:  # type: ignore[no-untyped-def]
+    """evaluate_sae runs every architecture on [batch, pos] activations (a temporal SAE reads the sequence)
+    and its metrics are sane: KL >= 0, fractions in [0, 1], L0 within d_sae."""
+    import math
+
+    import torch
+
+    from interp_gpt.sae.training import evaluate_sae
+
+    tokens = torch.randint(0, tiny_model.cfg.d_vocab, (3, 10), generator=torch.Generator().manual_seed(0))
+    d = tiny_model.cfg.d_model
+    for name in ARCHITECTURES:
+        sae = SAE(SAEConfig(d_in=d, d_sae=16, architecture=name, **_small(name), metadata=META))
+        sae.init_weights(seed=0)
+        got = evaluate_sae(tiny_model, sae, tokens, batch_size=2)
+        assert math.isfinite(got["explained_variance"]) and got["kl_div"] >= 0, name
+        assert 0 <= got["dead_fraction"] <= 1 and 0 <= got["dense_fraction"] <= 1, name
+        assert 0 <= got["l0"] <= 16 and got["n_tokens"] == 30, name

@@ -179,6 +179,17 @@ class SAE(CoderHookPoints, nn.Module):
         `hooked=False` past every hook point: the clean pass of the error term."""
         return self._decode(*self._encode(x, hooked=hooked), hooked=hooked, forward=True)
 
+    @torch.no_grad()
+    def encode_and_reconstruct(self, x: Tensor) -> tuple[Tensor, Tensor]:
+        """(feature activations, forward's reconstruction) of `x` in one pass, past the hook points (what an
+        evaluation reads; a temporal SAE's reconstruction includes its predicted code, as its forward's).
+
+        Example:
+            >>> feats, x_hat = sae.encode_and_reconstruct(resid)      # [batch, pos, d_sae], [batch, pos, d_in]
+        """
+        acts, state = self._encode(x, hooked=False)
+        return acts, self._decode(acts, state, hooked=False, forward=True)
+
     # (reset_hooks: CoderHookPoints')
 
     # ----- loading and saving ---------------------------------------------------------

@@ -51,12 +51,10 @@ def evaluate_sae(model: Any, sae: SAE, tokens: Tensor, batch_size: int = 32) -> 
     x_sum = None
     counts = torch.zeros(sae.cfg.d_sae, dtype=torch.long, device=sae.device)
     for cache in ce_batches(model, tokens, batch_size, [hook], lambda: model.saes([sae]), [hook], ce):
-        act = cache[hook].to(sae.device, sae.dtype)
-        # one row per token ([n, n_heads, d_head] for a hook_z SAE, which flattens it itself)
-        rows = act.flatten(0, 1) if sae.cfg.reshape_activations == "hook_z" else act.reshape(-1, sae.cfg.d_in)
-        feats = sae.encode(rows)
-        x_hat = sae.decode(feats).reshape(-1, sae.cfg.d_in)
-        x = rows.reshape(-1, sae.cfg.d_in)
+        act = cache[hook].to(sae.device, sae.dtype)  # [batch, pos, ...]: a temporal SAE reads the sequence
+        feats, x_hat = sae.encode_and_reconstruct(act)
+        x = act.reshape(-1, sae.cfg.d_in)  # one row per token ([.., n_heads, d_head] flattened for hook_z)
+        x_hat = x_hat.reshape(-1, sae.cfg.d_in)
         on = (feats != 0).reshape(-1, sae.cfg.d_sae)  # a signed (AbsTopK) feature fires when not 0
         counts += on.sum(0)
         l0_sum += float(on.sum())
