@@ -335,7 +335,7 @@ def test_train_sae_with_a_misspelt_hook_is_one_line_with_a_suggestion_before_any
         (["--seed", "-2"], "--seed=-2 is out of range"),
         (["--d-sae", "0"], "--d-sae=0 is out of range"),
         (["--k", "0"], "--k=0 is out of range"),
-        (["--k", "65"], "--k=65 is out of range: a TopK SAE keeps 1..--d-sae=64"),
+        (["--k", "65"], "--k=65 is out of range: a topk SAE keeps 1..--d-sae=64"),
         (["--batch-size", "0"], "--batch-size=0 is out of range"),
         (["--n-tokens", "0"], "--n-tokens=0 is out of range"),
         (["--context-size", "1"], "--context-size=1 is out of range"),

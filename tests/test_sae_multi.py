@@ -409,7 +409,7 @@ def test_bad_batches_are_refused_by_name_before_any_sae_steps() -> None:
         (["--d-sae", "32", "--d-sae", "32"], "--d-sae: 32 is given twice"),
         (["--architecture", "topk", "topk"], "--architecture: 'topk' is given twice"),
         (["--d-sae", "32", "0"], "--d-sae=0 is out of range"),
-        (["--d-sae", "64", "2", "--k", "4"], "--k=4 is out of range: a TopK SAE keeps 1..--d-sae=2"),
+        (["--d-sae", "64", "2", "--k", "4"], "--k=4 is out of range: a topk SAE keeps 1..--d-sae=2"),
         (
             ["--hook", "blocks.0.hook_mlp_out", "blocks.1.hook_resid_pr"],
             "--hook: no hook point named 'blocks.1.hook_resid_pr'",

@@ -36,6 +36,7 @@ from ..common import (
     run_subcommand,
     start_training_run,
 )
+from ..saes.architectures import REGISTRY
 from ..saes.config import SAEConfig, SAEMetadata
 from ..saes.core import SAE
 from ..saes.evaluation import evaluate_sae
@@ -46,7 +47,17 @@ from .sae_trainer import NonFiniteTrainingError, SAETrainer, SAETrainingConfig
 __all__ = ["add_arguments", "run", "run_command", "main"]
 
 
-HOOK, ARCHITECTURES, D_SAE = "blocks.1.hook_resid_pre", ("topk", "standard"), 1024  # the defaults
+HOOK, ARCHITECTURE, D_SAE = "blocks.1.hook_resid_pre", "topk", 1024  # the defaults
+
+
+def trainable_architectures() -> tuple[str, ...]:
+    """The architectures the trainer trains (interp_gpt.sae.saes.architectures), the default first."""
+    names = [name for name, arch in REGISTRY.items() if arch.trainable]
+    return (ARCHITECTURE, *[n for n in names if n != ARCHITECTURE])
+
+
+# The architectures' own SAEConfig fields the command sets (option -> field), where the architecture owns it.
+ARCH_OPTIONS = {"k": "k", "matryoshka_widths": "matryoshka_widths", "max_iterations": "max_iterations"}
 _SEVERAL = (
     "several (A B, or the option again): one SAE per --hook x --architecture x --d-sae, all trained from one "
     "forward, each in OUT/<hook>-<architecture>-<d_sae>"
@@ -59,13 +70,24 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--hook", action="extend", nargs="+", help=f"the hook to train on; {_SEVERAL} (default: {HOOK})")
     add_corpus_arguments(p)
     # add_feature_arguments' options, --architecture and --d-sae taking several values
-    p.add_argument("--architecture", action="extend", nargs="+", choices=ARCHITECTURES,
-                   help=f"TopK or ReLU + L1; several: see --hook (default: {ARCHITECTURES[0]})")  # fmt: skip
+    p.add_argument("--architecture", action="extend", nargs="+", choices=trainable_architectures(),
+                   help=f"sae-lens' architecture name; several: see --hook (default: {ARCHITECTURE})")  # fmt: skip
     p.add_argument(
         "--d-sae", action="extend", nargs="+", type=int, help=f"features; several: see --hook (default: {D_SAE})"
     )
-    p.add_argument("--k", type=int, default=32, help="active features per token (topk)")
-    p.add_argument("--l1-coefficient", type=float, default=1.0, help="(standard)")
+    p.add_argument("--k", type=int, default=32, help="active features per token (the topk family)")
+    p.add_argument("--l1-coefficient", type=float, default=1.0, help="(standard, gated)")
+    p.add_argument("--l0-coefficient", type=float, default=1.0, help="(jumprelu)")
+    p.add_argument("--aux-coefficient", type=float, default=1 / 32, help="AuxK loss weight (the topk family)")
+    p.add_argument(
+        "--matryoshka-widths", type=int, nargs="+", help="nested widths (matryoshka_batchtopk; default: none)"
+    )
+    p.add_argument(
+        "--max-iterations",
+        type=int,
+        help="features chosen per token (matching_pursuit; default: until the residual is small)",
+    )
+    p.add_argument("--clip-grad-norm", type=float, help="clip the gradient norm to this (sae-lens: 1.0; default off)")
     add_run_arguments(p)
     add_out_arguments(
         p,
@@ -81,8 +103,10 @@ def check_sae_args(args: argparse.Namespace) -> SAETrainingConfig:
     for option in ("val_windows", "threads"):
         check_int_in_range(getattr(args, option), "--" + option.replace("_", "-"), 0, None)
     check_float(args.val_frac, "--val-frac", 0.0, 0.5)
-    if args.architecture == "topk" and args.k > args.d_sae:
-        raise ValueError(f"--k={args.k} is out of range: a TopK SAE keeps 1..--d-sae={args.d_sae} features")
+    if "k" in REGISTRY[args.architecture].fields and args.k > args.d_sae:
+        raise ValueError(
+            f"--k={args.k} is out of range: a {args.architecture} SAE keeps 1..--d-sae={args.d_sae} features"
+        )
     out = Path(args.out)
     if out.exists() and not out.is_dir():
         raise ValueError(
@@ -93,6 +117,9 @@ def check_sae_args(args: argparse.Namespace) -> SAETrainingConfig:
         "lr_warm_up_steps": args.lr_warm_up_steps,
         "lr_decay_steps": args.lr_decay_steps,
         "l1_coefficient": args.l1_coefficient,
+        "l0_coefficient": args.l0_coefficient,
+        "aux_coefficient": args.aux_coefficient,
+        "clip_grad_norm": args.clip_grad_norm,
         "log_every": args.log_every,
         "seed": args.seed,
     }
@@ -119,7 +146,7 @@ def _hook_width(model: Any, hook: str, tokens: Tensor) -> tuple[int, str]:
 def _several(args: argparse.Namespace) -> list[tuple[str, str, int]]:
     """(hook, architecture, d_sae) of each SAE asked for (--hook x --architecture x --d-sae), each once."""
     lists = []
-    for option, default in (("hook", HOOK), ("architecture", ARCHITECTURES[0]), ("d_sae", D_SAE)):
+    for option, default in (("hook", HOOK), ("architecture", ARCHITECTURE), ("d_sae", D_SAE)):
         value = getattr(args, option)
         values = [default] if value is None else list(value) if isinstance(value, (list, tuple)) else [value]
         twice = next((v for i, v in enumerate(values) if v in values[:i]), None)
@@ -147,11 +174,19 @@ def _one_sae(model: Any, args: argparse.Namespace, hook: str, architecture: str,
             d_in=d_in,
             d_sae=d_sae,
             architecture=architecture,
-            k=args.k if architecture == "topk" else None,
             reshape_activations=reshape,
+            **architecture_fields(args, architecture),
             metadata=metadata,
         )
     )
+
+
+def architecture_fields(args: argparse.Namespace, architecture: str) -> dict[str, Any]:
+    """The SAEConfig fields of `architecture` the options set (--k for the topk family, ...); an option given
+    for an architecture without that field is left out (several architectures train from one command)."""
+    owned = REGISTRY[architecture].fields
+    fields = {field: getattr(args, option) for option, field in ARCH_OPTIONS.items() if field in owned}
+    return {field: value for field, value in fields.items() if value is not None}
 
 
 def run(args: argparse.Namespace, argv: Sequence[str] | None = None) -> dict[str, Any]:
