@@ -3,6 +3,9 @@
     standard   ReLU, decoder-norm-weighted L1            (standard.py)
     topk       the k largest pre-activations per token    (topk.py)
     jumprelu   ReLU above a learned threshold             (jumprelu.py)
+    abstopk    the k largest |pre-activations|, signed    (abstopk.py)
+    matching_pursuit  greedy tied decoder rows, one at a time, until the residual is small
+                                                          (matching_pursuit.py)
 
 `get_architecture(name)` returns one; `ARCHITECTURES` lists them in order.
 
@@ -15,14 +18,16 @@ from __future__ import annotations
 
 import difflib
 
+from .abstopk import AbsTopK
 from .base import Architecture
 from .jumprelu import JumpReLU
+from .matching_pursuit import MatchingPursuit
 from .standard import Standard
 from .topk import TopK
 
 __all__ = ["Architecture", "ARCHITECTURES", "REGISTRY", "get_architecture", "FIELD_OWNERS"]
 
-REGISTRY: dict[str, Architecture] = {a.name: a for a in (Standard(), TopK(), JumpReLU())}
+REGISTRY: dict[str, Architecture] = {a.name: a for a in (Standard(), TopK(), JumpReLU(), AbsTopK(), MatchingPursuit())}
 ARCHITECTURES = tuple(REGISTRY)
 # config field -> the architectures that own it
 FIELD_OWNERS: dict[str, tuple[str, ...]] = {}

@@ -63,6 +63,10 @@ class Architecture:
             "b_dec": (cfg.d_in,),
         }
 
+    def derived_tensor(self, sae: Any, name: str) -> Tensor | None:
+        """A tensor it does not hold but sae-lens exposes, by name (a tied SAE's `W_enc` is `W_dec.T`), or None."""
+        return None
+
     def float32_params(self, cfg: SAEConfig) -> tuple[str, ...]:
         """Parameters kept in float32 whatever the SAE's dtype (a JumpReLU threshold: sae-lens' #728)."""
         return ()
