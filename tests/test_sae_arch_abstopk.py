@@ -28,6 +28,7 @@ VARIANTS = {
     "abstopk": dict(architecture="abstopk", k=5),
     "abstopk_rescaled": dict(architecture="abstopk", k=5, rescale_acts_by_decoder_norm=True),
     "abstopk_no_b_dec_in": dict(architecture="abstopk", k=5, apply_b_dec_to_input=False),
+    "abstopk_norm_rescale": dict(architecture="abstopk", k=5, normalize_activations="constant_norm_rescale"),
 }
 
 

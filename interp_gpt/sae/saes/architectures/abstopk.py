@@ -6,11 +6,12 @@ Features", arXiv:2510.00404): the k pre-activations of largest magnitude, with t
 
 Training (sae-lens' AbsTopKTrainingSAE): MSE plus TopK's AuxK loss, its dead features also chosen by
 magnitude and kept signed. Everything else is TopK's (topk.py): the folded-bias encoder, the
-`embedding_bag` decoder, the dead-feature accounting (a feature fired when its activation was non-zero).
-`rescale_acts_by_decoder_norm` is False by default as in sae-lens' inference config (its training
-config defaults to True; set it on the SAE to train that way: the ranking then ignores the decoder
-rows' norms, and the saved inference form folds them into the weights). sae-lens'
-`use_sparse_activations` is ignored by AbsTopK there, and has no counterpart here.
+`embedding_bag` decoder, the dead-feature accounting (a feature fired when its activation was non-zero),
+unit decoder rows at the start and, by default, throughout (sae-lens starts them at norm 0.1 and leaves
+them free: `normalize_decoder=False`). `rescale_acts_by_decoder_norm` is False by default as in
+sae-lens' inference config (its training config defaults to True; set it on the SAE to train that
+way: the ranking then ignores the decoder rows' norms, and the saved inference form folds them into the
+weights). sae-lens' `use_sparse_activations` is ignored by AbsTopK there, and has no counterpart here.
 
 Example:
     >>> sae = SAE(SAEConfig(d_in=64, d_sae=256, architecture="abstopk", k=8,
