@@ -78,6 +78,17 @@ class SAE(CoderHookPoints, nn.Module):
     b_enc: nn.Parameter  # [d_sae]
     b_dec: nn.Parameter  # [d_in]
 
+    def __getattr__(self, name: str) -> Any:
+        """A tensor the architecture derives rather than holds (matching pursuit's `W_enc` = `W_dec.T`)."""
+        try:
+            return super().__getattr__(name)
+        except AttributeError:
+            arch = self.__dict__.get("arch")
+            derived = arch.derived_tensor(self, name) if arch is not None else None
+            if derived is None:
+                raise
+            return derived
+
     @torch.no_grad()
     def init_weights(self, seed: int | None = None) -> None:
         """sae-lens' inference initialisation: W_dec Kaiming-uniform, W_enc = W_dec.T, biases (and threshold) 0."""
@@ -85,7 +96,7 @@ class SAE(CoderHookPoints, nn.Module):
         bound = math.sqrt(6.0 / self.cfg.d_in)  # kaiming_uniform_ with its defaults (fan_in = d_in)
         w = torch.rand(self.W_dec.shape, generator=gen, device=self.W_dec.device, dtype=torch.float32)
         self.W_dec.copy_((w * 2 - 1) * bound)
-        if hasattr(self, "W_enc"):  # (an SAE with tied weights has none)
+        if "W_enc" in self._parameters:  # (a tied SAE has none: W_dec.T, derived or not)
             self.W_enc.copy_(self.W_dec.T)
         for name in ("b_enc", "b_dec", "threshold"):
             if hasattr(self, name):

@@ -211,7 +211,7 @@ class SAETrainer:
             evaluate_sae(model, sae, eval_tokens[:1])
         self.model, self.eval_tokens = model, eval_tokens
         self.topk = sae.arch.unit_norm_decoder  # (the name the transcoder trainer shares): unit-norm decoder by default
-        self._start([sae.W_enc, sae.W_dec, sae.b_enc, sae.b_dec], (sae.cfg.d_sae,), sae.device)
+        self._start(list(sae.parameters()), (sae.cfg.d_sae,), sae.device)  # the architecture's tensors
 
     _name, _what, _holds = "SAETrainer", "SAE", "holds its"  # how messages name the trainer and what it trains
 

@@ -5,6 +5,9 @@
     jumprelu   ReLU above a learned threshold             (jumprelu.py)
     temporal   attention over earlier positions predicts  (temporal.py; inference only)
                a code, a sparse novel code does the rest
+    abstopk    the k largest |pre-activations|, signed    (abstopk.py)
+    matching_pursuit  greedy tied decoder rows, one at a time, until the residual is small
+                                                          (matching_pursuit.py)
 
 `get_architecture(name)` returns one; `ARCHITECTURES` lists them in order.
 
@@ -17,15 +20,19 @@ from __future__ import annotations
 
 import difflib
 
+from .abstopk import AbsTopK
 from .base import Architecture
 from .jumprelu import JumpReLU
+from .matching_pursuit import MatchingPursuit
 from .standard import Standard
 from .temporal import Temporal
 from .topk import TopK
 
 __all__ = ["Architecture", "ARCHITECTURES", "REGISTRY", "get_architecture", "FIELD_OWNERS"]
 
-REGISTRY: dict[str, Architecture] = {a.name: a for a in (Standard(), TopK(), JumpReLU(), Temporal())}
+REGISTRY: dict[str, Architecture] = {
+    a.name: a for a in (Standard(), TopK(), JumpReLU(), AbsTopK(), MatchingPursuit(), Temporal())
+}
 ARCHITECTURES = tuple(REGISTRY)
 # config field -> the architectures that own it
 FIELD_OWNERS: dict[str, tuple[str, ...]] = {}

@@ -130,6 +130,10 @@ class Architecture:
             "b_dec": (cfg.d_in,),
         }
 
+    def derived_tensor(self, sae: Any, name: str) -> Tensor | None:
+        """A tensor it does not hold but sae-lens exposes, by name (a tied SAE's `W_enc` is `W_dec.T`), or None."""
+        return None
+
     def build(self, sae: Any) -> None:
         """Register on `sae` the tensors of `shapes` whose names hold a dot (a submodule's, such as
         `attn_layers.0.k_ctx.weight`), on its device and dtype; `SAE.__init__` registers the plain
