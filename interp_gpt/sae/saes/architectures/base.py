@@ -64,7 +64,8 @@ class Architecture:
         }
 
     def float32_params(self, cfg: SAEConfig) -> tuple[str, ...]:
-        """Parameters kept in float32 whatever the SAE's dtype (a JumpReLU threshold: sae-lens' #728)."""
+        """Parameters kept in float32 (float64 in a float64 SAE) whatever the SAE's dtype: when built, cast
+        and loaded (a JumpReLU threshold: sae-lens' #728)."""
         return ()
 
     def check_config(self, cfg: SAEConfig) -> None:
