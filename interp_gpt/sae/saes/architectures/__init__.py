@@ -3,6 +3,7 @@
     standard   ReLU, decoder-norm-weighted L1            (standard.py)
     topk       the k largest pre-activations per token    (topk.py)
     jumprelu   ReLU above a learned threshold             (jumprelu.py)
+    gated      a gate and a magnitude from one encoder    (gated.py)
 
 `get_architecture(name)` returns one; `ARCHITECTURES` lists them in order.
 
@@ -16,13 +17,14 @@ from __future__ import annotations
 import difflib
 
 from .base import Architecture
+from .gated import Gated
 from .jumprelu import JumpReLU
 from .standard import Standard
 from .topk import TopK
 
 __all__ = ["Architecture", "ARCHITECTURES", "REGISTRY", "get_architecture", "FIELD_OWNERS"]
 
-REGISTRY: dict[str, Architecture] = {a.name: a for a in (Standard(), TopK(), JumpReLU())}
+REGISTRY: dict[str, Architecture] = {a.name: a for a in (Standard(), TopK(), JumpReLU(), Gated())}
 ARCHITECTURES = tuple(REGISTRY)
 # config field -> the architectures that own it
 FIELD_OWNERS: dict[str, tuple[str, ...]] = {}
