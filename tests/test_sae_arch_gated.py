@@ -211,7 +211,7 @@ def test_it_learns_planted_sparse_data() -> None:
     sae = SAE(SAEConfig(d_in=D_IN, d_sae=D_SAE, architecture="gated", metadata={"hook_name": HOOK}))
     trainer = SAETrainer(sae, SAETrainingConfig(lr=3e-3, l1_coefficient=2.0, log_every=100))
     data = batches(x, 256)
-    first = float(trainer.step(next(data))["mse"])  # the reconstruction error at initialisation
+    first = float(trainer.step(next(data))["mse"].detach())  # the reconstruction error at initialisation
     last = trainer.train(data, n_steps=800, progress=False)[-1]
     assert last["mse"] < 0.1 * first and last["explained_variance"] > 0.9 and last["l0"] < 3, last
     cos = (F.normalize(sae.W_dec.detach(), dim=-1) @ dirs.T).max(0).values

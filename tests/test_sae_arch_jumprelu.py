@@ -265,6 +265,7 @@ def test_a_file_with_a_bfloat16_threshold_loads_into_float32_and_trains(tmp_path
     sae.save_model(tmp_path / "s")
     stored = load_file(str(tmp_path / "s" / "sae_weights.safetensors"))
     assert stored["threshold"].dtype == torch.float32 and stored["W_enc"].dtype == torch.bfloat16
+    assert torch.equal(SAE.from_pretrained(tmp_path / "s").threshold.detach(), sae.threshold.detach())  # exact
     # a file as sae-lens' bfloat16 saves write it: the threshold in bfloat16 too
     meta = _metadata(tmp_path / "s" / "sae_weights.safetensors")
     stored["threshold"] = stored["threshold"].to(torch.bfloat16)
@@ -338,3 +339,18 @@ def test_bad_training_options_are_refused_by_name(opts: dict, match: str) -> Non
         ValueError, match=r"jumprelu_sparsity_loss_mode='cubic'; expected 'step', 'tanh' or 'quadratic'"
     ):
         SAETrainingConfig(jumprelu_sparsity_loss_mode="cubic")
+
+
+def test_the_examples_run() -> None:
+    import doctest
+
+    from interp_gpt.sae.saes.architectures import jumprelu
+
+    runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
+    finder = doctest.DocTestFinder(recurse=False)
+    tests = finder.find(sparse, globs=vars(sparse))
+    for fn in (jumprelu.jump_relu, jumprelu.step):
+        tests += finder.find(fn, globs=vars(jumprelu))
+    for test in tests:
+        runner.run(test)
+    assert runner.summarize(verbose=False) == (0, 5)
