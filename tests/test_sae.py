@@ -227,8 +227,8 @@ def test_release_found_in_the_local_hf_cache(tmp_path: Path, monkeypatch: pytest
 # Bad input: clear errors naming the file, nothing written half
 # ----------------------------------------------------------------------------
 def test_bad_configs() -> None:
-    with pytest.raises(ValueError, match="architecture='gated' is not supported; expected one of standard, topk"):
-        SAEConfig(d_in=4, d_sae=8, architecture="gated")
+    with pytest.raises(ValueError, match="architecture='spline' is not supported; expected one of standard, topk"):
+        SAEConfig(d_in=4, d_sae=8, architecture="spline")  # (not an sae-lens architecture)
     with pytest.raises(ValueError, match=r"k=9: expected an integer in 1..d_sae=8"):
         SAEConfig(d_in=4, d_sae=8, architecture="topk", k=9)
     with pytest.raises(ValueError, match="d_in=0: expected a positive integer"):

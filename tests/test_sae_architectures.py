@@ -43,24 +43,27 @@ def _small(name: str) -> dict[str, object]:
     return small
 
 
-@pytest.mark.parametrize("arch", ["standard"])
+@pytest.mark.parametrize("arch", ["standard", "jumprelu", "gated"])
 def test_the_sparse_training_path_equals_the_dense_one(arch: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """Once few features fire, training goes through the active entries alone: the same loss terms and
     gradients as the dense computation (up to float summation order)."""
     import torch
 
-    from interp_gpt.sae.saes.architectures import base
+    from interp_gpt.sae.saes.architectures import sparse
     from interp_gpt.sae.training import SAETrainer, SAETrainingConfig
 
     torch.manual_seed(0)
     x = torch.randn(64, 16)
     results = []
     for share in (0.0, 1.0):  # every batch dense, then every batch sparse
-        monkeypatch.setattr(base, "SPARSE_BELOW", share)
+        monkeypatch.setattr(sparse, "MAX_DENSITY", share)
         sae = SAE(SAEConfig(d_in=16, d_sae=48, architecture=arch, **_small(arch), metadata=META))
         sae.init_weights(seed=1)
         with torch.no_grad():
-            sae.b_enc.copy_(torch.linspace(-2, 0.5, 48))  # some features never fire, some often
+            bias = sae.b_gate if arch == "gated" else sae.b_enc
+            bias.copy_(torch.linspace(-2, 0.5, 48))  # some features never fire, some often
+            if arch == "jumprelu":
+                sae.threshold.fill_(0.1)
             sae.b_dec.copy_(torch.randn(16, generator=torch.Generator().manual_seed(2)))
         trainer = SAETrainer(sae, SAETrainingConfig(init_weights=False))
         loss, parts = trainer.losses(x)

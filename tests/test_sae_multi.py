@@ -368,8 +368,8 @@ def test_bad_saes_and_configs_are_refused_by_name(model: Any) -> None:
         MultiSAETrainer({"a": sae}, {"a": {"lr": 1.0}})
     with pytest.raises(ValueError, match=r"saes\['a'\]: cfg.metadata.hook_name is not set"):
         MultiSAETrainer({"a": SAE(SAEConfig(d_in=16, d_sae=8))})
-    with pytest.raises(ValueError, match=r"saes\['a'\]: sae.cfg.architecture='jumprelu'"):
-        MultiSAETrainer({"a": toy_sae(hook, "jumprelu")})
+    with pytest.raises(ValueError, match=r"saes\['a'\]: sae.cfg.architecture='temporal' is inference only"):
+        MultiSAETrainer({"a": toy_sae(hook, "temporal", n_heads=2, bottleneck_factor=4)})
     with pytest.raises(ValueError, match="saes: expected at least one SAE"):
         MultiSAETrainer({})
     with pytest.raises(TypeError, match=r"saes\[0\]: expected an interp_gpt SAE, got str"):

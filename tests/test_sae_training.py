@@ -201,8 +201,8 @@ def test_split_corpus_cuts_each_file_at_a_newline_near_the_tail(tmp_path) -> Non
 
 
 def test_bad_trainer_input_is_refused_by_name() -> None:
-    with pytest.raises(ValueError, match="architecture='jumprelu'"):
-        SAETrainer(toy_sae("jumprelu"))
+    with pytest.raises(ValueError, match="jumprelu_sparsity_loss_mode='quadratic' needs target_l0"):
+        SAETrainer(toy_sae("jumprelu"), SAETrainingConfig(jumprelu_sparsity_loss_mode="quadratic"))
     with pytest.raises(TypeError, match="sae"):
         SAETrainer("not an sae")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match=r"SAETrainingConfig: lr=-1\.0 is out of range"):

@@ -60,7 +60,7 @@ class SAE(CoderHookPoints, nn.Module):
         for name, shape in shapes.items():
             if "." in name:  # a submodule's: the architecture's build registers it
                 continue
-            param_dtype = torch.float32 if name in kept_float32 else dtype
+            param_dtype = torch.promote_types(dtype, torch.float32) if name in kept_float32 else dtype
             self.register_parameter(name, nn.Parameter(torch.zeros(shape, dtype=param_dtype, device=device)))
         self.arch.build(self)
         built = {name: tuple(p.shape) for name, p in self.named_parameters()}
@@ -112,6 +112,23 @@ class SAE(CoderHookPoints, nn.Module):
     def device(self) -> torch.device:
         """The device its weights are on."""
         return self.W_dec.device
+
+    def _apply(self, fn: Any, recurse: bool = True) -> SAE:
+        """`nn.Module`'s casts (`to`, `bfloat16`, `half`), keeping the architecture's float32 parameters
+        (a JumpReLU threshold) at least float32, with their values from before the cast (sae-lens' #728)."""
+        kept = {
+            n: p.detach().clone()
+            for n in self.arch.float32_params(self.cfg)
+            if (p := self._parameters.get(n)) is not None
+        }
+        super()._apply(fn, recurse)
+        for name, before in kept.items():
+            p = self._parameters[name]
+            assert p is not None
+            wide = torch.promote_types(p.dtype, torch.float32)
+            if p.dtype != wide:
+                p.data = before.to(device=p.device, dtype=wide)
+        return self
 
     # ----- the two halves (dtype, device, hook_names: CoderHookPoints') ---------------
     def _encode(self, x: Tensor, hooked: bool = True) -> tuple[Tensor, dict[str, Any]]:
@@ -238,9 +255,12 @@ class SAE(CoderHookPoints, nn.Module):
             folder = find_release(str(release), sae_id)
         cfg, state = read_sae_folder(folder, device=device)
         set_model_name(cfg.metadata, model_name, "SAE.from_pretrained")
+        kept = {k: state.pop(k) for k in cfg.architecture_module.float32_params(cfg) if k in state}
         state, name = cast_state(state, dtype)
         if name is not None:
             cfg.dtype = name
+        wide = torch.promote_types(cfg.torch_dtype, torch.float32)  # (a JumpReLU threshold: never below float32)
+        state.update({k: v.to(wide) for k, v in kept.items()})
         return load_built(cls, cfg, state, device)  # type: ignore[no-any-return]
 
     load_from_disk = from_pretrained  # sae-lens' name for a local folder

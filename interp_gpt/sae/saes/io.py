@@ -71,8 +71,9 @@ def read_sae_folder(folder: Path, device: str | torch.device = "cpu") -> tuple[S
     state, meta = read_safetensors(weights_path, device)
     check_digest(meta, cfg_path, "SAE")
     _normalise_state(state, cfg, weights_path)
-    dtype = cfg.torch_dtype
-    return cfg, {k: v.to(dtype) for k, v in state.items()}
+    dtype, kept = cfg.torch_dtype, cfg.architecture_module.float32_params(cfg)
+    wide = torch.promote_types(dtype, torch.float32)  # a JumpReLU threshold: read into float32 (exact), never below
+    return cfg, {k: v.to(wide if k in kept else dtype) for k, v in state.items()}
 
 
 def _normalise_state(state: dict[str, Tensor], cfg: SAEConfig, where: Path) -> None:

@@ -190,7 +190,6 @@ class SAETrainer:
         if not isinstance(sae, SAE):
             raise TypeError(f"sae: expected an interp_gpt SAE, got {type(sae).__name__}")
         self.architecture = sae.arch  # its losses and the steps around the update
-        sae.arch.check_trainable(sae, self)
         if sae.cfg.normalize_activations != "none":
             raise ValueError(
                 f"sae.cfg.normalize_activations={sae.cfg.normalize_activations!r}: train with "
@@ -202,6 +201,7 @@ class SAETrainer:
             raise TypeError(f"cfg: expected a SAETrainingConfig, got {type(cfg).__name__}")
         self.sae, self.cfg = sae, cfg or SAETrainingConfig()
         self.cfg.validate()  # again: a field may have been changed since the config was built
+        sae.arch.check_trainable(sae, self)  # (it reads self.cfg)
         if (model is None) != (eval_tokens is None):
             raise ValueError("model and eval_tokens: pass both (for the CE loss recovered) or neither")
         if model is not None and eval_tokens is not None:  # what the evaluations need, checked before step 1
@@ -211,7 +211,7 @@ class SAETrainer:
             evaluate_sae(model, sae, eval_tokens[:1])
         self.model, self.eval_tokens = model, eval_tokens
         self.topk = sae.arch.unit_norm_decoder  # (the name the transcoder trainer shares): unit-norm decoder by default
-        self._start(list(sae.parameters()), (sae.cfg.d_sae,), sae.device)  # the architecture's tensors
+        self._start(list(sae.parameters()), (sae.cfg.d_sae,), sae.device)  # the architecture's tensors, all
 
     _name, _what, _holds = "SAETrainer", "SAE", "holds its"  # how messages name the trainer and what it trains
 
@@ -235,14 +235,17 @@ class SAETrainer:
 
     @torch.no_grad()
     def default_init(self, x: Tensor) -> None:
-        """sae-lens' training initialisation: random unit decoder rows (norm 0.1 for a free standard
-        decoder), the encoder their transpose, b_enc 0, b_dec the first batch's mean (or 0)."""
+        """sae-lens' training initialisation: random unit decoder rows (norm 0.1, sae-lens' decoder_init_norm,
+        for a free decoder), the encoder their transpose, b_dec the first batch's mean (or 0), every other
+        tensor 0 (b_enc; a gated SAE's b_gate, b_mag, r_mag; an architecture sets its own after this)."""
         sae, gen = self.sae, torch.Generator().manual_seed(self.cfg.seed)
         w = torch.randn(sae.W_dec.shape, generator=gen, dtype=torch.float32)
         w = w / w.norm(dim=-1, keepdim=True) * (1.0 if self.normalize_decoder or self.topk else 0.1)
         sae.W_dec.copy_(w)
         sae.W_enc.copy_(w.T)  # sae-lens' init: the encoder starts as the decoder's transpose
-        sae.b_enc.zero_()
+        for name, p in sae.named_parameters():
+            if name not in ("W_enc", "W_dec", "b_dec"):
+                p.zero_()
         sae.b_dec.copy_(x.mean(0) if self.cfg.init_b_dec_to_mean else torch.zeros_like(sae.b_dec))
 
     def coefficient(self, value: float, warm_up_steps: int) -> float:

@@ -3,6 +3,7 @@
     standard   ReLU, decoder-norm-weighted L1            (standard.py)
     topk       the k largest pre-activations per token    (topk.py)
     jumprelu   ReLU above a learned threshold             (jumprelu.py)
+    gated      a gate and a magnitude from one encoder    (gated.py)
     temporal   attention over earlier positions predicts  (temporal.py; inference only)
                a code, a sparse novel code does the rest
     abstopk    the k largest |pre-activations|, signed    (abstopk.py)
@@ -22,6 +23,7 @@ import difflib
 
 from .abstopk import AbsTopK
 from .base import Architecture
+from .gated import Gated
 from .jumprelu import JumpReLU
 from .matching_pursuit import MatchingPursuit
 from .standard import Standard
@@ -31,7 +33,7 @@ from .topk import TopK
 __all__ = ["Architecture", "ARCHITECTURES", "REGISTRY", "get_architecture", "FIELD_OWNERS"]
 
 REGISTRY: dict[str, Architecture] = {
-    a.name: a for a in (Standard(), TopK(), JumpReLU(), AbsTopK(), MatchingPursuit(), Temporal())
+    a.name: a for a in (Standard(), TopK(), JumpReLU(), Gated(), AbsTopK(), MatchingPursuit(), Temporal())
 }
 ARCHITECTURES = tuple(REGISTRY)
 # config field -> the architectures that own it

@@ -19,28 +19,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
 if TYPE_CHECKING:
     from ..config import SAEConfig
 
-__all__ = [
-    "Architecture",
-    "mse_of",
-    "decoder_norms",
-    "folded_bias",
-    "folded_hidden_pre",
-    "active_entries",
-    "decode_rows",
-    "sparse_enough",
-    "SPARSE_BELOW",
-]
-
-# Train through the active features alone when fewer than this share of [n, d_sae] is active: the dense
-# decode, its two backward matmuls and the encoder's weight gradient cost n * d_sae * d_in each, the
-# sparse ones nnz * d_in.
-SPARSE_BELOW = 0.1
+__all__ = ["Architecture", "mse_of", "decoder_norms", "folded_bias", "folded_hidden_pre"]
 
 
 def mse_of(x_hat: Tensor, x: Tensor) -> Tensor:
@@ -53,55 +37,18 @@ def decoder_norms(sae: Any) -> Tensor:
     return sae.W_dec.norm(dim=-1)
 
 
-def folded_bias(sae: Any) -> Tensor:
-    """`b_enc - b_dec @ W_enc` (with apply_b_dec_to_input; else b_enc): `(x - b_dec) @ W_enc + b_enc`
-    is `x @ W_enc + folded_bias`, the same value without the `[n, d_in]` input gradient."""
-    return sae.b_enc - sae.b_dec @ sae.W_enc if sae.cfg.apply_b_dec_to_input else sae.b_enc  # type: ignore[no-any-return]
+def folded_bias(sae: Any, bias: Tensor | None = None) -> Tensor:
+    """`bias - b_dec @ W_enc` (with apply_b_dec_to_input; else `bias`), `bias` b_enc by default:
+    `(x - b_dec) @ W_enc + bias` is `x @ W_enc + folded_bias`, the same value as one addmm on x, whose
+    backward needs no `[n, d_in]` input gradient (b_dec's is `-grad_bias @ W_enc.T`)."""
+    bias = sae.b_enc if bias is None else bias
+    return bias - sae.b_dec @ sae.W_enc if sae.cfg.apply_b_dec_to_input else bias  # type: ignore[no-any-return]
 
 
 def folded_hidden_pre(sae: Any, x: Tensor) -> Tensor:
     """`(x - b_dec) @ W_enc + b_enc` for training, as `x @ W_enc + folded_bias(sae)` (one matmul of
     n * d_sae * d_in saved per step)."""
     return torch.addmm(folded_bias(sae), x, sae.W_enc)
-
-
-class _ActiveEntries(torch.autograd.Function):
-    """`pre[rows, cols]` of `pre = x @ w + bias` (computed without autograd), with the gradient to `w` and
-    `bias` through those entries alone: `dw[:, c] = sum over entries (r, c) of x[r] * g`, one sparse
-    product of nnz * d_in work rather than the dense `x.T @ dpre` of n * d_in * d_sae."""
-
-    @staticmethod
-    def forward(ctx: Any, pre: Tensor, x: Tensor, w: Tensor, bias: Tensor, rows: Tensor, cols: Tensor) -> Tensor:
-        ctx.save_for_backward(x, rows, cols)
-        ctx.n_features = w.shape[1]
-        return pre[rows, cols]
-
-    @staticmethod
-    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
-        x, rows, cols = ctx.saved_tensors
-        d_sae = ctx.n_features
-        coo = torch.sparse_coo_tensor(torch.stack([cols, rows]), grad, (d_sae, x.shape[0]), check_invariants=False)
-        grad_w = torch.sparse.mm(coo, x).T.contiguous()  # [d_in, d_sae]
-        grad_bias = torch.zeros(d_sae, dtype=grad.dtype, device=grad.device).index_add_(0, cols, grad)
-        return None, None, grad_w, grad_bias, None, None
-
-
-def active_entries(pre: Tensor, x: Tensor, w: Tensor, bias: Tensor, rows: Tensor, cols: Tensor) -> Tensor:
-    """The entries `(rows, cols)` of `pre = x @ w + bias` (`pre` computed without autograd), flat, with
-    autograd to `w` and `bias` at nnz * d_in cost (see `_ActiveEntries`)."""
-    return _ActiveEntries.apply(pre, x, w, bias, rows, cols)  # type: ignore[no-any-return]
-
-
-def decode_rows(values: Tensor, cols: Tensor, counts: Tensor, w_dec: Tensor, b_dec: Tensor) -> Tensor:
-    """`sum_j values[j] * w_dec[cols[j]] + b_dec` per row, rows holding `counts` entries each in order
-    (embedding_bag: nnz * d_in work forward and backward, rather than n * d_sae * d_in)."""
-    offsets = torch.cumsum(counts, 0) - counts
-    return F.embedding_bag(cols, w_dec, offsets=offsets, per_sample_weights=values, mode="sum") + b_dec
-
-
-def sparse_enough(active: Tensor) -> bool:
-    """Whether few enough entries are active for the sparse path (`SPARSE_BELOW`)."""
-    return int(active.sum()) < SPARSE_BELOW * active.numel()
 
 
 class Architecture:
@@ -140,7 +87,8 @@ class Architecture:
         names. Default: none."""
 
     def float32_params(self, cfg: SAEConfig) -> tuple[str, ...]:
-        """Parameters kept in float32 whatever the SAE's dtype (a JumpReLU threshold: sae-lens' #728)."""
+        """Parameters kept in float32 (float64 in a float64 SAE) whatever the SAE's dtype: when built, cast
+        and loaded (a JumpReLU threshold: sae-lens' #728)."""
         return ()
 
     def check_config(self, cfg: SAEConfig) -> None:

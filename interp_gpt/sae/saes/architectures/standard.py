@@ -18,7 +18,8 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor
 
-from .base import Architecture, active_entries, decode_rows, decoder_norms, folded_bias, mse_of, sparse_enough
+from .base import Architecture, decoder_norms, folded_bias, mse_of
+from .sparse import Support, sparse_enough
 
 __all__ = ["Standard"]
 
@@ -32,24 +33,23 @@ class Standard(Architecture):
     def losses(self, trainer: Any, x: Tensor) -> tuple[Tensor, dict[str, Tensor]]:
         """sae-lens' terms, with b_dec folded into the encoder bias and, once few features fire (a
         trained SAE's regime), the encoder's gradient and the decode through the active entries alone
-        (`active_entries`, `decode_rows`): equal values up to float summation order, less work."""
+        (`Support`): equal values up to float summation order, less work."""
         sae = trainer.sae
         coeff = trainer.coefficient(trainer.cfg.l1_coefficient, trainer.cfg.l1_warm_up_steps)
         norms = decoder_norms(sae)
         bias = folded_bias(sae)
         hidden_pre = torch.addmm(bias, x, sae.W_enc)
-        pre = hidden_pre.detach()
-        active = pre > 0
-        if not sparse_enough(active):
+        active = hidden_pre.detach() > 0
+        if sparse_enough(active):  # hidden_pre's graph is left unused: the gradient goes through the support
+            s = Support.of(active)
+            values = s.encoder_entries(hidden_pre.detach(), x, sae.W_enc, bias)  # > 0: ReLU'd already
+            x_hat = s.decode(values, sae.W_dec) + sae.b_dec
+            l1 = coeff * (values * norms.index_select(0, s.cols)).sum() / x.shape[0]
+            feats = s.dense(values)
+        else:
             feats = torch.relu(hidden_pre)
             x_hat = torch.addmm(sae.b_dec, feats, sae.W_dec)
             l1 = coeff * (feats * norms).sum() / x.shape[0]
             feats = feats.detach()
-        else:  # hidden_pre's graph is left unused: the gradient goes through the active entries alone
-            rows, cols = active.nonzero(as_tuple=True)
-            values = active_entries(pre, x, sae.W_enc, bias, rows, cols)  # > 0: ReLU'd already
-            x_hat = decode_rows(values, cols, active.sum(-1), sae.W_dec, sae.b_dec)
-            l1 = coeff * (values * norms[cols]).sum() / x.shape[0]
-            feats = torch.relu(pre)
         mse = mse_of(x_hat, x)
         return mse + l1, {"mse": mse, "l1": l1, "feats": feats, "x_hat": x_hat.detach()}
