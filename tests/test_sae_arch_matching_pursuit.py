@@ -249,3 +249,28 @@ def test_splice_equals_hooked_sae_transformer(tiny_model: GPT, tiny_tokens: torc
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)
         check_splice_equals_sae_lens(tiny_model, tiny_tokens, sae, use_error_term)
+
+
+def test_the_gram_updated_choices_equal_the_recomputed_ones() -> None:
+    """Training picks rows from correlations updated through W_dec @ W_dec.T: the same activations,
+    residual and gradients as recomputing `r @ W_dec.T` every iteration (float rounding apart)."""
+    from interp_gpt.sae.saes.architectures.matching_pursuit import gram_of, matching_pursuit
+
+    g = torch.Generator().manual_seed(3)
+    w = torch.nn.functional.normalize(torch.randn(96, 24, generator=g), dim=-1).requires_grad_(True)
+    x = torch.randn(40, 24, generator=g)
+    gram = gram_of(w, 12, x.shape[0])
+    assert gram is not None and gram.shape == (96, 96)
+    out = []
+    for use in (None, gram):
+        acts, residual = matching_pursuit(x, w, 1e-2, 12, True, use)
+        (residual.pow(2).sum() + acts.sum()).backward()
+        assert w.grad is not None
+        out.append((acts.detach(), residual.detach(), w.grad.clone()))
+        w.grad = None
+    (a0, r0, g0), (a1, r1, g1) = out
+    assert torch.equal(a0 != 0, a1 != 0)  # the same rows chosen
+    torch.testing.assert_close(a1, a0, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(r1, r0, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(g1, g0, rtol=1e-4, atol=1e-5)
+    assert gram_of(w, 1, 2) is None  # too few iterations x rows to repay the product

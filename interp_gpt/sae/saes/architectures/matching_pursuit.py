@@ -35,7 +35,7 @@ from torch import Tensor
 
 from .base import Architecture
 
-__all__ = ["MatchingPursuit", "matching_pursuit"]
+__all__ = ["MatchingPursuit", "matching_pursuit", "gram_of", "GRAM_MAX_BYTES"]
 
 
 class MatchingPursuit(Architecture):
@@ -74,10 +74,12 @@ class MatchingPursuit(Architecture):
         out = feature_acts @ sae.W_dec
         return out + sae.b_dec if sae.cfg.apply_b_dec_to_input else out  # tied: b_dec only if taken off
 
-    def _pursue(self, sae: Any, x: Tensor) -> tuple[Tensor, Tensor]:
+    def _pursue(self, sae: Any, x: Tensor, gram: Tensor | None = None) -> tuple[Tensor, Tensor]:
         c = sae.cfg
         sae_in = x - sae.b_dec * c.apply_b_dec_to_input
-        return matching_pursuit(sae_in, sae.W_dec, c.residual_threshold, c.max_iterations, c.stop_on_duplicate_support)
+        return matching_pursuit(
+            sae_in, sae.W_dec, c.residual_threshold, c.max_iterations, c.stop_on_duplicate_support, gram
+        )
 
     # ----- training -----------------------------------------------------------------------
     @torch.no_grad()
@@ -90,10 +92,29 @@ class MatchingPursuit(Architecture):
         sae.b_dec.copy_(x.mean(0) if trainer.cfg.init_b_dec_to_mean else torch.zeros_like(sae.b_dec))
 
     def losses(self, trainer: Any, x: Tensor) -> tuple[Tensor, dict[str, Tensor]]:
-        """The MSE, `||r||^2` of the residual the pursuit leaves (`x - x_hat`)."""
-        acts, residual = self._pursue(trainer.sae, x)
+        """The MSE, `||r||^2` of the residual the pursuit leaves (`x - x_hat`). The choices follow the
+        correlations updated through the decoder's Gram matrix (`gram_of`), where it fits in memory."""
+        sae = trainer.sae
+        acts, residual = self._pursue(sae, x, gram_of(sae.W_dec, sae.cfg.max_iterations, x.shape[0]))
         mse = residual.pow(2).sum(-1).mean()
         return mse, {"mse": mse, "feats": acts.detach(), "x_hat": (x - residual).detach()}
+
+
+# The Gram matrix W_dec @ W_dec.T is used for the choices while it takes at most this many bytes.
+GRAM_MAX_BYTES = 1 << 29
+
+
+@torch.no_grad()
+def gram_of(w_dec: Tensor, max_iterations: int | None, n_rows: int) -> Tensor | None:
+    """`W_dec @ W_dec.T` `[d_sae, d_sae]` when the pursuit's choices are cheaper through it: its product costs
+    d_sae^2 * d_in once, after which each iteration's correlations are updated with one of its rows per input
+    row (n * d_sae) rather than recomputed (n * d_sae * d_in); None when it would exceed `GRAM_MAX_BYTES`
+    or when too few iterations run to repay it."""
+    d_sae, d_in = w_dec.shape
+    iterations = d_in if max_iterations is None else max_iterations
+    if d_sae * d_sae * w_dec.element_size() > GRAM_MAX_BYTES or iterations * n_rows < 2 * d_sae:
+        return None
+    return w_dec @ w_dec.T
 
 
 def matching_pursuit(
@@ -102,9 +123,14 @@ def matching_pursuit(
     residual_threshold: float,
     max_iterations: int | None,
     stop_on_duplicate_support: bool,
+    gram: Tensor | None = None,
 ) -> tuple[Float[Tensor, "... d_sae"], Float[Tensor, "... d_in"]]:
     """(feature activations, residual left) of matching pursuit on `sae_in` (already less b_dec), as
-    sae-lens' `_encode_matching_pursuit`; differentiable in the values and rows it chooses.
+    sae-lens' `_encode_matching_pursuit`; differentiable in the values and rows it chooses. With `gram`
+    (`W_dec @ W_dec.T`, see `gram_of`) the correlations `r . W_dec[j]` that pick each row are updated
+    (`c -= v * gram[i]`) rather than recomputed: equal up to float rounding (a near-tie may pick the
+    other row), at n * d_sae rather than n * d_sae * d_in work an iteration. The values, the residual
+    and their gradients are computed exactly either way.
 
     Example:
         >>> acts, r = matching_pursuit(torch.randn(5, 8), torch.randn(32, 8), 1e-2, None, True)
@@ -117,18 +143,25 @@ def matching_pursuit(
     by_norm = residual_threshold > 0
     stops = stop_on_duplicate_support or by_norm
     rows = torch.arange(n, device=residual.device)  # the rows still running, and `residual` theirs
+    corr = None
+    if gram is not None:
+        with torch.no_grad():
+            corr = residual @ W_dec.T  # [rows, d_sae], kept up to date through gram
     finished: list[tuple[Tensor, Tensor]] = []  # (rows, their last residual) of the rows done
     for _ in range(d_in if max_iterations is None else max_iterations):
         if not rows.numel():
             break
         with torch.no_grad():  # the choice: no gradient, and no [rows, d_sae] product kept for backward
-            best, index = (residual @ W_dec.T).max(dim=-1)
+            best, index = (residual @ W_dec.T if corr is None else corr).max(dim=-1)
             index = torch.where(best > 0, index, 0)  # sae-lens' argmax of the ReLU'd: 0 when none is > 0
             unseen = acts[rows, index] == 0
         atom = W_dec[index]  # [rows, d_in]
         value = (residual * atom).sum(-1).relu()
         acts.index_put_((rows, index), value, accumulate=True)
         residual = residual - value[:, None] * atom
+        if corr is not None and gram is not None:
+            with torch.no_grad():
+                corr -= value.detach()[:, None] * gram.index_select(0, index)
         if not stops:
             continue
         with torch.no_grad():
@@ -141,6 +174,8 @@ def matching_pursuit(
         if n_done:
             finished.append((rows[done], residual[done]))
             rows, residual = rows[~done], residual[~done]
+            if corr is not None:
+                corr = corr[~done]
     if finished:  # put each row's residual back in its place
         order = torch.cat([r for r, _ in finished] + [rows])
         left = torch.cat([res for _, res in finished] + [residual])
