@@ -168,7 +168,7 @@ class SAETrainer:
     """Train `sae` with Adam on batches of activations `[batch, d_in]` (e.g. from `activation_batches`).
 
     Args:
-        sae: the SAE to train in place ("standard" or "topk").
+        sae: the SAE to train in place (standard, topk, batchtopk, matryoshka_batchtopk).
         cfg: a `SAETrainingConfig`.
         model, eval_tokens: when given, the log reports the CE loss recovered on `eval_tokens` every
             `cfg.eval_every` steps and at the end.
@@ -190,7 +190,6 @@ class SAETrainer:
         if not isinstance(sae, SAE):
             raise TypeError(f"sae: expected an interp_gpt SAE, got {type(sae).__name__}")
         self.architecture = sae.arch  # its losses and the steps around the update
-        sae.arch.check_trainable(sae, self)
         if sae.cfg.normalize_activations != "none":
             raise ValueError(
                 f"sae.cfg.normalize_activations={sae.cfg.normalize_activations!r}: train with "
@@ -202,6 +201,7 @@ class SAETrainer:
             raise TypeError(f"cfg: expected a SAETrainingConfig, got {type(cfg).__name__}")
         self.sae, self.cfg = sae, cfg or SAETrainingConfig()
         self.cfg.validate()  # again: a field may have been changed since the config was built
+        sae.arch.check_trainable(sae, self)  # (it may read self.cfg)
         if (model is None) != (eval_tokens is None):
             raise ValueError("model and eval_tokens: pass both (for the CE loss recovered) or neither")
         if model is not None and eval_tokens is not None:  # what the evaluations need, checked before step 1
@@ -210,7 +210,8 @@ class SAETrainer:
             )
             evaluate_sae(model, sae, eval_tokens[:1])
         self.model, self.eval_tokens = model, eval_tokens
-        self.topk = sae.arch.unit_norm_decoder  # (the name the transcoder trainer shares): unit-norm decoder by default
+        # (the name the transcoder trainer shares): unit-norm decoder by default
+        self.topk = sae.arch.unit_norm_decoder_default(sae.cfg)
         self._start([sae.W_enc, sae.W_dec, sae.b_enc, sae.b_dec], (sae.cfg.d_sae,), sae.device)
 
     _name, _what, _holds = "SAETrainer", "SAE", "holds its"  # how messages name the trainer and what it trains

@@ -63,6 +63,11 @@ class Architecture:
             "b_dec": (cfg.d_in,),
         }
 
+    def buffers(self, cfg: SAEConfig) -> dict[str, tuple[tuple[int, ...], torch.dtype]]:
+        """Buffers it holds beside `shapes` (name -> (shape, dtype)): in its state dict and files, never
+        trained by the optimiser (BatchTopK's running `topk_threshold`, float64 as in sae-lens)."""
+        return {}
+
     def float32_params(self, cfg: SAEConfig) -> tuple[str, ...]:
         """Parameters kept in float32 whatever the SAE's dtype (a JumpReLU threshold: sae-lens' #728)."""
         return ()
@@ -93,6 +98,10 @@ class Architecture:
         return feature_acts @ sae.W_dec + sae.b_dec
 
     # ----- training -----------------------------------------------------------------------
+    def unit_norm_decoder_default(self, cfg: SAEConfig) -> bool:
+        """The trainer's default for `normalize_decoder` with this config (`unit_norm_decoder` here)."""
+        return self.unit_norm_decoder
+
     def check_trainable(self, sae: Any, trainer: Any) -> None:
         """Refuse, by name, an SAE this architecture cannot train as configured."""
         if not self.trainable:
