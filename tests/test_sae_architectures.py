@@ -36,4 +36,8 @@ def test_every_architecture_builds_and_says_its_fields_in_cfg_json() -> None:
 
 def _small(name: str) -> dict[str, object]:
     """Fields an architecture needs to fit d_sae=16."""
-    return {"k": 4} if "k" in get_architecture(name).fields else {}
+    fields = get_architecture(name).fields
+    return {
+        **({"k": 4} if "k" in fields else {}),
+        **({"matryoshka_widths": [4, 16]} if "matryoshka_widths" in fields else {}),
+    }

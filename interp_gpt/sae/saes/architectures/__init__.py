@@ -1,8 +1,12 @@
 """Every SAE architecture, one small module each, by sae-lens' name.
 
-    standard   ReLU, decoder-norm-weighted L1            (standard.py)
-    topk       the k largest pre-activations per token    (topk.py)
-    jumprelu   ReLU above a learned threshold             (jumprelu.py)
+    standard              ReLU, decoder-norm-weighted L1                      (standard.py)
+    topk                  the k largest pre-activations per token              (topk.py)
+    jumprelu              ReLU above a learned threshold                       (jumprelu.py)
+    batchtopk             k per token on average over the batch; saved as
+                          jumprelu with its running threshold                  (batchtopk.py)
+    matryoshka_batchtopk  BatchTopK whose nested prefixes each reconstruct;
+                          saved as jumprelu                                    (matryoshka.py)
 
 `get_architecture(name)` returns one; `ARCHITECTURES` lists them in order.
 
@@ -16,13 +20,17 @@ from __future__ import annotations
 import difflib
 
 from .base import Architecture
+from .batchtopk import BatchTopK
 from .jumprelu import JumpReLU
+from .matryoshka import MatryoshkaBatchTopK
 from .standard import Standard
 from .topk import TopK
 
 __all__ = ["Architecture", "ARCHITECTURES", "REGISTRY", "get_architecture", "FIELD_OWNERS"]
 
-REGISTRY: dict[str, Architecture] = {a.name: a for a in (Standard(), TopK(), JumpReLU())}
+REGISTRY: dict[str, Architecture] = {
+    a.name: a for a in (Standard(), TopK(), JumpReLU(), BatchTopK(), MatryoshkaBatchTopK())
+}
 ARCHITECTURES = tuple(REGISTRY)
 # config field -> the architectures that own it
 FIELD_OWNERS: dict[str, tuple[str, ...]] = {}
