@@ -14,10 +14,10 @@ depend on its batch. For inference `SAE.save_model` writes the batch-independent
 (the decoder norms folded in first with rescale_acts_by_decoder_norm); loading that folder gives a
 JumpReLU SAE.
 
-Speed: no dense `[n, d_sae]` decode and no sort of all `n * d_sae` activations. Each row's `m` largest
-pre-activations are candidates (m = 4k, doubled while some row may hold more of the batch's top ones);
-the batch's `int(k * n)`-th largest candidate is the cut; the chosen (row, feature, value) triples, in
-row order, decode with one `embedding_bag` over a flat index and per-row offsets.
+Speed: no dense `[n, d_sae]` decode and no ranking of all `n * d_sae` activations: each row's `ceil(k)`
+largest give a lower bound on the batch's cut, only the values above it are ranked, and the kept
+(row, feature, value) triples, in row order, decode with one `embedding_bag` over a flat index and
+per-row offsets.
 
 Example:
     >>> sae = SAE(SAEConfig(d_in=64, d_sae=256, architecture="batchtopk", k=8,
@@ -37,13 +37,10 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ...common import SAEMetadata
-from .base import mse_of
-from .topk import TopK, aux_k_loss, folded_norms_state, training_pre_acts
+from .base import decoder_norms, mse_of
+from .topk import PreActs, TopK, aux_k_loss, folded_norms_state
 
 __all__ = ["BatchTopK", "BatchSelection", "batch_topk", "new_threshold"]
-
-# Candidates per row: this many times k at first (at least _MIN_CANDIDATES), doubled while too few.
-_CANDIDATES_PER_K, _MIN_CANDIDATES = 4, 16
 
 
 @dataclasses.dataclass
@@ -60,40 +57,36 @@ class BatchSelection:
     def dense(self, n: int, d_sae: int) -> Tensor:
         """The activations as a dense `[n, d_sae]` tensor (zeros elsewhere)."""
         out = self.values.new_zeros(n, d_sae)
-        return out.index_put((self.rows, self.features), self.values)
+        return out.index_put_((self.rows, self.features), self.values)
 
 
 def batch_topk(hidden_pre: Tensor, k: float) -> BatchSelection:
     """The `int(k * n)` largest of `ReLU(hidden_pre)` `[n, d_sae]` over the whole batch (sae-lens'
-    BatchTopK), zeros left out. Exact: a row's candidates are widened until each row either holds no
-    more positive values than it kept, or its smallest candidate is below the cut."""
+    BatchTopK), zeros left out. Exact without ranking all `n * d_sae` values: the `n_keep`-th largest
+    of each row's `ceil(k)` largest is a lower bound on the cut (they are `>= n_keep` of the batch's
+    values), so every kept value is among those above it, and the cut is the `n_keep`-th largest of those."""
     n, d_sae = hidden_pre.shape
     n_keep = int(k * n)  # sae-lens: int(self.k * num_samples)
-    m = min(d_sae, max(_MIN_CANDIDATES, _CANDIDATES_PER_K * math.ceil(k)))
-    while True:
-        if m >= d_sae:
-            cand_values, cand_features = hidden_pre.relu(), None
-        else:
-            top, cand_features = hidden_pre.topk(m, dim=-1, sorted=False)
-            cand_values = top.relu()
-        flat = cand_values.detach().flatten()
-        if n_keep == 0:
-            cut = flat.new_tensor(math.inf)
-        elif n_keep >= flat.numel():
-            cut = flat.new_tensor(-math.inf)
-        else:
-            cut = flat.kthvalue(flat.numel() - n_keep + 1).values  # the n_keep-th largest
-        if cand_features is None:
-            break
-        smallest = cand_values.detach().min(dim=-1).values
-        if bool(((smallest < cut) | (smallest == 0)).all()):  # no row left a chosen value out
-            break
-        m = min(2 * m, d_sae)
-    keep = (cand_values.detach() >= cut) & (cand_values.detach() > 0)
-    rows, cols = keep.nonzero(as_tuple=True)  # row-major: each row's entries together
-    features = cols if cand_features is None else cand_features[rows, cols]
-    counts = keep.sum(-1)
-    return BatchSelection(rows, features, cand_values[rows, cols], counts, counts.cumsum(0) - counts)
+    h = hidden_pre.detach()
+    if n_keep == 0:
+        rows = features = torch.zeros(0, dtype=torch.long, device=h.device)
+    else:
+        floor = 0.0  # zeros are never kept (sae-lens keeps them past the positives: they change nothing)
+        if n_keep < h.numel():
+            candidates = h.topk(min(d_sae, math.ceil(k)), dim=-1, sorted=False).values.flatten()
+            floor = max(floor, float(_kth_largest(candidates, n_keep)))  # <= the cut
+        rows, features = (h > 0 if floor == 0 else h >= floor).nonzero(as_tuple=True)  # row-major
+        if rows.numel() > n_keep:  # more than n_keep at or above the bound: rank only those
+            values = h[rows, features]
+            kept = values >= _kth_largest(values, n_keep)
+            rows, features = rows[kept], features[kept]
+    counts = torch.bincount(rows, minlength=n)
+    return BatchSelection(rows, features, hidden_pre[rows, features], counts, counts.cumsum(0) - counts)
+
+
+def _kth_largest(values: Tensor, k: int) -> Tensor:
+    """The `k`-th largest of a 1-D tensor (k in 1..numel)."""
+    return values.kthvalue(values.numel() - k + 1).values
 
 
 def new_threshold(threshold: Tensor, values: Tensor, lr: float) -> Tensor:
@@ -128,7 +121,7 @@ class BatchTopK(TopK):
 
     def activation(self, sae: Any, hidden_pre: Tensor) -> Tensor:
         if sae.cfg.rescale_acts_by_decoder_norm:
-            hidden_pre = hidden_pre * (sae.W_dec.norm(dim=-1))
+            hidden_pre = hidden_pre * decoder_norms(sae)
         flat = hidden_pre.reshape(-1, hidden_pre.shape[-1])  # sae-lens: over every leading axis at once
         return batch_topk(flat, sae.cfg.k).dense(*flat.shape).view(hidden_pre.shape)
 
@@ -137,24 +130,25 @@ class BatchTopK(TopK):
         trainer.default_init(x)
         trainer.sae.topk_threshold.zero_()
 
-    def select(self, trainer: Any, x: Tensor) -> tuple[Tensor, Tensor | None, BatchSelection, Tensor]:
-        """(pre-activations, 1 / decoder norms or None, the kept activations, their decoder weights)."""
-        hidden_pre, inv_norm = training_pre_acts(trainer.sae, x)
-        chosen = batch_topk(hidden_pre, trainer.sae.cfg.k)
-        weights = chosen.values if inv_norm is None else chosen.values * inv_norm[chosen.features]
-        return hidden_pre, inv_norm, chosen, weights
+    def select(self, trainer: Any, x: Tensor) -> tuple[PreActs, BatchSelection, Tensor]:
+        """(the pre-activations, the kept activations (differentiable values), their decoder weights)."""
+        pre = PreActs(trainer.sae, x)
+        chosen = batch_topk(pre.h, trainer.sae.cfg.k)
+        chosen.values = pre.at(chosen.rows, chosen.features)
+        weights = chosen.values if pre.inv_norm is None else chosen.values * pre.inv_norm[chosen.features]
+        return pre, chosen, weights
 
     def losses(self, trainer: Any, x: Tensor) -> tuple[Tensor, dict[str, Tensor]]:
         sae = trainer.sae
-        hidden_pre, inv_norm, chosen, weights = self.select(trainer, x)
+        pre, chosen, weights = self.select(trainer, x)
         x_hat = (
             F.embedding_bag(chosen.features, sae.W_dec, chosen.offsets, mode="sum", per_sample_weights=weights)
             + sae.b_dec
         )
         mse = mse_of(x_hat, x)
-        parts = self.common_parts(trainer, x, chosen, hidden_pre.shape)
+        parts = self.common_parts(trainer, x, chosen, pre.h.shape)
         parts.update(mse=mse, x_hat=x_hat.detach())
-        aux = aux_k_loss(trainer, x, x_hat, hidden_pre, inv_norm)
+        aux = aux_k_loss(trainer, x, x_hat, pre)
         if aux is not None:
             parts["aux"] = aux
             return mse + aux, parts

@@ -35,7 +35,7 @@ from torch import Tensor
 
 from .base import mse_of
 from .batchtopk import BatchTopK
-from .topk import aux_k_loss, dead_reconstruction_loss
+from .topk import PreActs, aux_k_loss, dead_reconstruction_loss
 
 __all__ = ["MatryoshkaBatchTopK"]
 
@@ -81,17 +81,17 @@ class MatryoshkaBatchTopK(BatchTopK):
     def losses(self, trainer: Any, x: Tensor) -> tuple[Tensor, dict[str, Tensor]]:
         sae = trainer.sae
         widths = sae.cfg.matryoshka_widths
-        hidden_pre, inv_norm, chosen, weights = self.select(trainer, x)
+        pre, chosen, weights = self.select(trainer, x)
         prefixes = prefix_reconstructions(sae.W_dec, sae.b_dec, chosen, weights, widths, x.shape[0])
         x_hat = prefixes[:, -1]
         mse = mse_of(x_hat, x)
-        parts = self.common_parts(trainer, x, chosen, hidden_pre.shape)
+        parts = self.common_parts(trainer, x, chosen, pre.h.shape)
         parts.update(mse=mse, x_hat=x_hat.detach())
         loss = mse
         if trainer.cfg.use_matryoshka_aux_loss:
-            aux = matryoshka_aux_loss(trainer, x, prefixes.detach(), hidden_pre, inv_norm)
+            aux = matryoshka_aux_loss(trainer, x, prefixes.detach(), pre)
         else:
-            aux = aux_k_loss(trainer, x, x_hat, hidden_pre, inv_norm)
+            aux = aux_k_loss(trainer, x, x_hat, pre)
         if aux is not None:
             parts["aux"] = aux
             loss = loss + aux
@@ -119,9 +119,7 @@ def prefix_reconstructions(
     return per_level.view(n, n_levels, -1).cumsum(1) + b_dec
 
 
-def matryoshka_aux_loss(
-    trainer: Any, x: Tensor, prefixes: Tensor, hidden_pre: Tensor, inv_norm: Tensor | None
-) -> Tensor | None:
+def matryoshka_aux_loss(trainer: Any, x: Tensor, prefixes: Tensor, pre: PreActs) -> Tensor | None:
     """sae-lens' calculate_matryoshka_aux_loss (None while no feature is dead): per level l with dead
     features, the `min(k_aux, n_dead_l)` largest pre-activations among them reconstruct `x - x_hat_l`,
     scaled by `min(n_dead_l / k_aux, 1)`; the sum times aux_coefficient."""
@@ -139,7 +137,7 @@ def matryoshka_aux_loss(
         if not n_dead:
             continue
         residual = x - prefixes[:, level]
-        loss = dead_reconstruction_loss(sae.W_dec, hidden_pre, residual, dead_here, min(k_aux, n_dead), inv_norm)
+        loss = dead_reconstruction_loss(sae.W_dec, pre, residual, dead_here, min(k_aux, n_dead))
         term = min(n_dead / k_aux, 1.0) * loss
         total = term if total is None else total + term
     assert total is not None  # some level holds the dead features

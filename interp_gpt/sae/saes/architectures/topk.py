@@ -28,7 +28,7 @@ from torch import Tensor
 from ...common import check_positive_ints
 from .base import Architecture, decoder_norms, mse_of
 
-__all__ = ["TopK", "aux_k_loss", "dead_reconstruction_loss", "training_pre_acts", "folded_norms_state"]
+__all__ = ["TopK", "PreActs", "aux_k_loss", "dead_reconstruction_loss", "folded_norms_state"]
 
 
 class TopK(Architecture):
@@ -70,20 +70,23 @@ class TopK(Architecture):
 
     def losses(self, trainer: Any, x: Tensor) -> tuple[Tensor, dict[str, Tensor]]:
         """The decoder sums the k chosen rows per token (`embedding_bag`: k / d_sae of the dense
-        matmul's work, forward and backward); see `training_pre_acts` for the encoder."""
+        matmul's work, forward and backward); the encoder's backward reaches only the chosen
+        pre-activations (see `PreActs`)."""
         sae = trainer.sae
-        hidden_pre, inv_norm = training_pre_acts(sae, x)
-        values, indices = torch.topk(hidden_pre, k=sae.cfg.k, dim=-1, sorted=False)
-        acts = values.relu()
-        weights = acts if inv_norm is None else acts * inv_norm[indices]
+        n, k = x.shape[0], sae.cfg.k
+        pre = PreActs(sae, x)
+        indices = pre.h.topk(k, dim=-1, sorted=False).indices
+        rows = torch.arange(n, device=x.device).repeat_interleave(k)
+        acts = pre.at(rows, indices.flatten()).view(n, k).relu()
+        weights = acts if pre.inv_norm is None else acts * pre.inv_norm[indices]
         x_hat = F.embedding_bag(indices, sae.W_dec, per_sample_weights=weights, mode="sum") + sae.b_dec
         with torch.no_grad():
-            feats = torch.zeros_like(hidden_pre).scatter_(-1, indices, acts)
+            feats = torch.zeros_like(pre.h).scatter_(-1, indices, acts)
             fired = torch.zeros(sae.cfg.d_sae, dtype=torch.bool, device=x.device)
             fired[indices[acts > 0]] = True
         mse = mse_of(x_hat, x)
         parts = {"mse": mse, "feats": feats, "fired": fired, "x_hat": x_hat.detach()}
-        aux = aux_k_loss(trainer, x, x_hat, hidden_pre, inv_norm)
+        aux = aux_k_loss(trainer, x, x_hat, pre)
         if aux is not None:
             parts["aux"] = aux
             return mse + aux, parts
@@ -109,21 +112,62 @@ def folded_norms_state(sae: Any, state: dict[str, Tensor]) -> dict[str, Tensor]:
     }
 
 
-def training_pre_acts(sae: Any, x: Tensor) -> tuple[Tensor, Tensor | None]:
-    """The pre-activations `[n, d_sae]` the topk family ranks, and `1 / ||W_dec[i]||` where the SAE
-    rescales by the decoder norms (None otherwise). b_dec folds into the encoder bias
-    (`(x - b_dec) @ W_enc = x @ W_enc - b_dec @ W_enc`: no `[n, d_in]` input gradient) and the norms into
-    the encoder's columns (`[d_in, d_sae]` work, not `[n, d_sae]`)."""
-    bias = sae.b_enc - sae.b_dec @ sae.W_enc if sae.cfg.apply_b_dec_to_input else sae.b_enc
-    if not sae.cfg.rescale_acts_by_decoder_norm:
-        return torch.addmm(bias, x, sae.W_enc), None
-    norms = decoder_norms(sae)
-    return torch.addmm(bias * norms, x, sae.W_enc * norms), 1 / norms
+class PreActs:
+    """The pre-activations `h` `[n, d_sae]` the topk family ranks, computed once outside autograd, and
+    `at(rows, features)`: the chosen ones, differentiable. b_dec folds into the encoder bias
+    (`(x - b_dec) @ W_enc = x @ W_enc - b_dec @ W_enc`: no `[n, d_in]` input gradient) and, where the SAE
+    rescales by the decoder norms, the norms into the encoder's columns (`[d_in, d_sae]` work, not
+    `[n, d_sae]`); `inv_norm` is then `1 / ||W_dec[i]||` (None otherwise). The encoder's backward is
+    sparse: `nnz * d_in` work for the chosen entries, not a dense `[n, d_sae]` gradient and matmul."""
+
+    def __init__(self, sae: Any, x: Tensor) -> None:
+        bias = sae.b_enc - sae.b_dec @ sae.W_enc if sae.cfg.apply_b_dec_to_input else sae.b_enc
+        weight, self.inv_norm = sae.W_enc, None
+        if sae.cfg.rescale_acts_by_decoder_norm:
+            norms = decoder_norms(sae)
+            weight, bias, self.inv_norm = weight * norms, bias * norms, 1 / norms
+        self.x, self.weight, self.bias = x, weight, bias
+        with torch.no_grad():
+            self.h = torch.addmm(bias, x, weight)
+
+    def at(self, rows: Tensor, features: Tensor) -> Tensor:
+        """`h[rows, features]` `[nnz]`, its gradient flowing to the encoder's weight and bias."""
+        return _Chosen.apply(self.x, self.weight, self.bias, self.h, rows, features)  # type: ignore[no-any-return]
 
 
-def aux_k_loss(
-    trainer: Any, x: Tensor, x_hat: Tensor, hidden_pre: Tensor, inv_norm: Tensor | None = None
-) -> Tensor | None:
+class _Chosen(torch.autograd.Function):
+    """`h[rows, features]` for `h = x @ weight + bias`, with the backward of the chosen entries only:
+    grad weight[:, f] = sum_i g_i x[rows_i] over the entries of feature f (one embedding_bag over x)."""
+
+    @staticmethod
+    def forward(ctx: Any, x: Tensor, weight: Tensor, bias: Tensor, h: Tensor, rows: Tensor, features: Tensor) -> Tensor:
+        ctx.save_for_backward(x, weight, rows, features)
+        return h[rows, features]
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
+        x, weight, rows, features = ctx.saved_tensors
+        d_sae = weight.shape[1]
+        grad_x = grad_weight = grad_bias = None
+        if ctx.needs_input_grad[0]:  # (x is data in training: not asked for there)
+            order = torch.argsort(rows, stable=True)
+            counts = torch.bincount(rows, minlength=x.shape[0])
+            grad_x = F.embedding_bag(
+                features[order], weight.T, counts.cumsum(0) - counts, mode="sum", per_sample_weights=grad[order]
+            )
+        if ctx.needs_input_grad[1]:
+            order = torch.argsort(features, stable=True)
+            counts = torch.bincount(features, minlength=d_sae)
+            per_feature = F.embedding_bag(
+                rows[order], x, counts.cumsum(0) - counts, mode="sum", per_sample_weights=grad[order]
+            )
+            grad_weight = per_feature.T
+        if ctx.needs_input_grad[2]:
+            grad_bias = torch.zeros(d_sae, dtype=grad.dtype, device=grad.device).index_add_(0, features, grad)
+        return grad_x, grad_weight, grad_bias, None, None, None
+
+
+def aux_k_loss(trainer: Any, x: Tensor, x_hat: Tensor, pre: PreActs) -> Tensor | None:
     """TopK's AuxK loss (None while no feature is dead): the `k_aux = max(1, d_in // 2)` largest
     pre-activations among the dead features reconstruct the residual `x - x_hat` (detached), scaled by
     `aux_coefficient * min(n_dead / k_aux, 1)`."""
@@ -135,20 +179,20 @@ def aux_k_loss(
     k_aux = max(1, sae.cfg.d_in // 2)  # sae-lens' d_in // 2, at least one (d_in = 1)
     scale = min(n_dead / k_aux, 1.0)
     dead_features = dead.nonzero().squeeze(1)
-    loss = dead_reconstruction_loss(
-        sae.W_dec, hidden_pre, (x - x_hat).detach(), dead_features, min(k_aux, n_dead), inv_norm
-    )
+    loss = dead_reconstruction_loss(sae.W_dec, pre, (x - x_hat).detach(), dead_features, min(k_aux, n_dead))
     return trainer.cfg.aux_coefficient * scale * loss  # type: ignore[no-any-return]
 
 
 def dead_reconstruction_loss(
-    W_dec: Tensor, hidden_pre: Tensor, residual: Tensor, dead_features: Tensor, k_aux: int, inv_norm: Tensor | None
+    W_dec: Tensor, pre: PreActs, residual: Tensor, dead_features: Tensor, k_aux: int
 ) -> Tensor:
     """`||residual - sum_j h_j W_dec[j]||^2` (summed over d_in, mean over rows) over the `k_aux` largest
-    pre-activations `h_j` (not ReLU'd, as sae-lens) among `dead_features` (indices) in each row; with
-    `inv_norm`, `h_j / ||W_dec[j]||`. Only the dead columns are ranked: `[n, n_dead]` work."""
-    values, j = hidden_pre.index_select(1, dead_features).topk(k_aux, dim=-1, sorted=False)
-    indices = dead_features[j]
-    weights = values if inv_norm is None else values * inv_norm[indices]
+    pre-activations `h_j` (not ReLU'd, as sae-lens) among `dead_features` (indices) in each row; where
+    the SAE rescales, `h_j / ||W_dec[j]||`. Only the dead columns are ranked: `[n, n_dead]` work."""
+    n = pre.h.shape[0]
+    indices = dead_features[pre.h.index_select(1, dead_features).topk(k_aux, dim=-1, sorted=False).indices]
+    rows = torch.arange(n, device=indices.device).repeat_interleave(k_aux)
+    values = pre.at(rows, indices.flatten()).view(n, k_aux)
+    weights = values if pre.inv_norm is None else values * pre.inv_norm[indices]
     aux_hat = F.embedding_bag(indices, W_dec, per_sample_weights=weights, mode="sum")
     return (aux_hat - residual).pow(2).sum(-1).mean()
