@@ -145,7 +145,10 @@ def test_bad_configs_are_refused_by_name() -> None:
             cfg(residual_threshold=bad)
     with pytest.raises(TypeError, match=r"stop_on_duplicate_support='yes': expected JSON true or false"):
         cfg(stop_on_duplicate_support="yes")
-    with pytest.raises(ValueError, match=r"k=4 is a field of topk, abstopk SAEs, not of a 'matching_pursuit' one"):
+    with pytest.raises(
+        ValueError,
+        match=r"k=4 is a field of topk, batchtopk, matryoshka_batchtopk, abstopk SAEs, not of a 'matching_pursuit' one",
+    ):
         cfg(k=4)
     with pytest.raises(ValueError, match=r"residual_threshold=0.5 is a field of matching_pursuit SAEs"):
         SAEConfig(d_in=16, d_sae=48, architecture="topk", k=4, residual_threshold=0.5, metadata={"hook_name": HOOK})

@@ -38,6 +38,8 @@ def _small(name: str) -> dict[str, object]:
     """Fields an architecture needs to fit d_sae=16."""
     fields = get_architecture(name).fields
     small: dict[str, object] = {"k": 4} if "k" in fields else {}
+    if "matryoshka_widths" in fields:
+        small["matryoshka_widths"] = [4, 16]
     if "bottleneck_factor" in fields:  # temporal: d_sae a multiple of bottleneck_factor * n_heads
         small.update(n_heads=2, bottleneck_factor=4)
     return small

@@ -91,7 +91,7 @@ class SAEConfig(ConfigDtype):
     metadata: SAEMetadata = field(default_factory=SAEMetadata)
     # The fields of one architecture each (its module says which, with their defaults: see FIELD_OWNERS);
     # another architecture's field must keep the default here (None / False) or it is refused by name.
-    k: int | None = None  # topk family: features kept per token
+    k: int | float | None = None  # topk family: features kept per token (batchtopk: on average, may be a float)
     rescale_acts_by_decoder_norm: bool = False  # topk: rank and decode acts * |W_dec row| (sae-lens' training form)
     matryoshka_widths: list[int] | None = None  # matryoshka_batchtopk: the nested prefix widths
     residual_threshold: float | None = None  # matching_pursuit: stop when the residual's norm is below this
@@ -112,7 +112,7 @@ class SAEConfig(ConfigDtype):
             v = self.metadata.get(name)
             if v is not None and (not isinstance(v, kind) or (kind is int and isinstance(v, bool))):
                 raise TypeError(f"metadata.{name}={v!r}: expected {_KIND_NAMES[kind]}, got {type(v).__name__}")
-        check_positive_ints(self, ("d_in", "d_sae", "k"))
+        check_positive_ints(self, ("d_in", "d_sae"))  # k: its architecture checks it (BatchTopK's may be a float)
         check_bools(self, _BOOL_FIELDS, "JSON true or false")
         check_strings(self, ("architecture", "normalize_activations", "reshape_activations", "device"))
         self._check_architecture_fields()

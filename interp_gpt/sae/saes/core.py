@@ -12,6 +12,7 @@ name: `hook_sae_input`, `hook_sae_acts_pre`, `hook_sae_acts_post`, `hook_sae_rec
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from pathlib import Path
 from typing import Any, cast
@@ -55,13 +56,15 @@ class SAE(CoderHookPoints, nn.Module):
         self.cfg = cfg
         self.arch = cfg.architecture_module  # the architecture's own code (interp_gpt.sae.saes.architectures)
         dtype, device = cfg.torch_dtype, torch.device(cfg.device)
-        shapes = expected_shapes(cfg)
+        shapes = self.arch.shapes(cfg)  # the parameters (io.expected_shapes: these and the buffers)
         kept_float32 = self.arch.float32_params(cfg)
         for name, shape in shapes.items():
             if "." in name:  # a submodule's: the architecture's build registers it
                 continue
             param_dtype = torch.promote_types(dtype, torch.float32) if name in kept_float32 else dtype
             self.register_parameter(name, nn.Parameter(torch.zeros(shape, dtype=param_dtype, device=device)))
+        for name, (shape, buffer_dtype) in self.arch.buffers(cfg).items():  # e.g. BatchTopK's topk_threshold
+            self.register_buffer(name, torch.zeros(shape, dtype=buffer_dtype, device=device))
         self.arch.build(self)
         built = {name: tuple(p.shape) for name, p in self.named_parameters()}
         if built != shapes:  # the file checks (io.expected_shapes) and the module must agree
@@ -98,7 +101,7 @@ class SAE(CoderHookPoints, nn.Module):
         self.W_dec.copy_((w * 2 - 1) * bound)
         if "W_enc" in self._parameters:  # (a tied SAE has none: W_dec.T, derived or not)
             self.W_enc.copy_(self.W_dec.T)
-        for name in ("b_enc", "b_dec", "threshold"):
+        for name in ("b_enc", "b_dec", "threshold", *self.arch.buffers(self.cfg)):
             if hasattr(self, name):
                 getattr(self, name).zero_()
         self.arch.init_extra(self, gen)
@@ -270,6 +273,11 @@ class SAE(CoderHookPoints, nn.Module):
         format; it loads with sae-lens' `SAE.load_from_disk`). Each file is written whole or not at all.
         Returns (weights path, cfg path), as sae-lens does.
 
+        A trained SAE is written in sae-lens' inference form (its `TrainingSAE.save_inference_model`):
+        a TopK SAE with `rescale_acts_by_decoder_norm` has the decoder norms folded into the encoder
+        (same outputs, unit-norm decoder rows), and a BatchTopK or Matryoshka BatchTopK SAE is written as
+        the JumpReLU SAE whose threshold is its learned `topk_threshold` (it loads as a "jumprelu" SAE).
+
         Example:
             >>> sae.save_model("saes/resid1")
         """
@@ -278,7 +286,9 @@ class SAE(CoderHookPoints, nn.Module):
         self.cfg.dtype = dtype_name(self.dtype)
         self.cfg.device = str(self.device)
         state = {k: v for k, v in self.state_dict().items() if k in expected_shapes(self.cfg)}
-        return write_sae_folder(Path(path), self.cfg, state)
+        changes, state = self.arch.inference_state(self, state)
+        cfg = dataclasses.replace(self.cfg, **changes) if changes else self.cfg
+        return write_sae_folder(Path(path), cfg, state)
 
     def extra_repr(self) -> str:
         """Its shape and hook, in `repr`."""

@@ -47,8 +47,10 @@ SHIPPED_RELEASES = {"tiny-gpt2-res": Path(__file__).resolve().parents[2] / "weig
 
 
 def expected_shapes(cfg: SAEConfig) -> dict[str, tuple[int, ...]]:
-    """The tensors an SAE of this config holds, with sae-lens' names and shapes."""
-    return cfg.architecture_module.shapes(cfg)  # type: ignore[no-any-return]
+    """The tensors an SAE of this config holds (its parameters, then its buffers), with sae-lens' names
+    and shapes."""
+    arch = cfg.architecture_module
+    return {**arch.shapes(cfg), **{name: shape for name, (shape, _) in arch.buffers(cfg).items()}}
 
 
 def read_config(path: Path) -> SAEConfig:
@@ -72,8 +74,9 @@ def read_sae_folder(folder: Path, device: str | torch.device = "cpu") -> tuple[S
     check_digest(meta, cfg_path, "SAE")
     _normalise_state(state, cfg, weights_path)
     dtype, kept = cfg.torch_dtype, cfg.architecture_module.float32_params(cfg)
+    buffers = cfg.architecture_module.buffers(cfg)  # a buffer keeps its own dtype
     wide = torch.promote_types(dtype, torch.float32)  # a JumpReLU threshold: read into float32 (exact), never below
-    return cfg, {k: v.to(wide if k in kept else dtype) for k, v in state.items()}
+    return cfg, {k: v.to(buffers[k][1] if k in buffers else wide if k in kept else dtype) for k, v in state.items()}
 
 
 def _normalise_state(state: dict[str, Tensor], cfg: SAEConfig, where: Path) -> None:

@@ -117,12 +117,12 @@ def check_sae_args(args: argparse.Namespace) -> SAETrainingConfig:
         "lr_warm_up_steps": args.lr_warm_up_steps,
         "lr_decay_steps": args.lr_decay_steps,
         "l1_coefficient": args.l1_coefficient,
-        "l0_coefficient": args.l0_coefficient,
-        "aux_coefficient": args.aux_coefficient,
-        "clip_grad_norm": args.clip_grad_norm,
         "log_every": args.log_every,
         "seed": args.seed,
     }
+    for option in ("l0_coefficient", "aux_coefficient", "clip_grad_norm"):  # (train-transcoder has its own)
+        if hasattr(args, option):
+            options[option] = getattr(args, option)
     return config_from_options(SAETrainingConfig, options, options)  # type: ignore[no-any-return]
 
 

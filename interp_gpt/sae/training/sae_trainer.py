@@ -168,7 +168,7 @@ class SAETrainer:
     """Train `sae` with Adam on batches of activations `[batch, d_in]` (e.g. from `activation_batches`).
 
     Args:
-        sae: the SAE to train in place ("standard" or "topk").
+        sae: the SAE to train in place (standard, topk, batchtopk, matryoshka_batchtopk).
         cfg: a `SAETrainingConfig`.
         model, eval_tokens: when given, the log reports the CE loss recovered on `eval_tokens` every
             `cfg.eval_every` steps and at the end.
@@ -210,7 +210,8 @@ class SAETrainer:
             )
             evaluate_sae(model, sae, eval_tokens[:1])
         self.model, self.eval_tokens = model, eval_tokens
-        self.topk = sae.arch.unit_norm_decoder  # (the name the transcoder trainer shares): unit-norm decoder by default
+        # (the name the transcoder trainer shares): unit-norm decoder by default
+        self.topk = sae.arch.unit_norm_decoder_default(sae.cfg)
         self._start(list(sae.parameters()), (sae.cfg.d_sae,), sae.device)  # the architecture's tensors, all
 
     _name, _what, _holds = "SAETrainer", "SAE", "holds its"  # how messages name the trainer and what it trains

@@ -1,14 +1,18 @@
 """Every SAE architecture, one small module each, by sae-lens' name.
 
-    standard   ReLU, decoder-norm-weighted L1            (standard.py)
-    topk       the k largest pre-activations per token    (topk.py)
-    jumprelu   ReLU above a learned threshold             (jumprelu.py)
-    gated      a gate and a magnitude from one encoder    (gated.py)
-    temporal   attention over earlier positions predicts  (temporal.py; inference only)
-               a code, a sparse novel code does the rest
-    abstopk    the k largest |pre-activations|, signed    (abstopk.py)
-    matching_pursuit  greedy tied decoder rows, one at a time, until the residual is small
-                                                          (matching_pursuit.py)
+    standard              ReLU, decoder-norm-weighted L1                      (standard.py)
+    topk                  the k largest pre-activations per token              (topk.py)
+    jumprelu              ReLU above a learned threshold                       (jumprelu.py)
+    batchtopk             k per token on average over the batch; saved as
+                          jumprelu with its running threshold                  (batchtopk.py)
+    matryoshka_batchtopk  BatchTopK whose nested prefixes each reconstruct;
+                          saved as jumprelu                                    (matryoshka.py)
+    gated                 a gate and a magnitude from one encoder              (gated.py)
+    abstopk               the k largest |pre-activations|, signed              (abstopk.py)
+    matching_pursuit      greedy tied decoder rows, one at a time, until the
+                          residual is small                                    (matching_pursuit.py)
+    temporal              attention over earlier positions predicts a code, a
+                          sparse novel code does the rest                      (temporal.py; inference only)
 
 `get_architecture(name)` returns one; `ARCHITECTURES` lists them in order.
 
@@ -23,9 +27,11 @@ import difflib
 
 from .abstopk import AbsTopK
 from .base import Architecture
+from .batchtopk import BatchTopK
 from .gated import Gated
 from .jumprelu import JumpReLU
 from .matching_pursuit import MatchingPursuit
+from .matryoshka import MatryoshkaBatchTopK
 from .standard import Standard
 from .temporal import Temporal
 from .topk import TopK
@@ -33,7 +39,18 @@ from .topk import TopK
 __all__ = ["Architecture", "ARCHITECTURES", "REGISTRY", "get_architecture", "FIELD_OWNERS"]
 
 REGISTRY: dict[str, Architecture] = {
-    a.name: a for a in (Standard(), TopK(), JumpReLU(), Gated(), AbsTopK(), MatchingPursuit(), Temporal())
+    a.name: a
+    for a in (
+        Standard(),
+        TopK(),
+        JumpReLU(),
+        BatchTopK(),
+        MatryoshkaBatchTopK(),
+        Gated(),
+        AbsTopK(),
+        MatchingPursuit(),
+        Temporal(),
+    )  # fmt: skip
 }
 ARCHITECTURES = tuple(REGISTRY)
 # config field -> the architectures that own it

@@ -22,36 +22,15 @@ Example:
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
-
-import torch
-from torch import Tensor
+from typing import ClassVar
 
 from .topk import TopK
 
-__all__ = ["AbsTopK", "largest_dead_magnitude"]
+__all__ = ["AbsTopK"]
 
 
 class AbsTopK(TopK):
     """k features per token by |pre-activation|, signed (sae-lens' "abstopk")."""
 
     name: ClassVar[str] = "abstopk"
-
-    def select(self, hidden_pre: Tensor, k: int) -> tuple[Tensor, Tensor]:
-        """The k entries of largest magnitude per row, with their signed values."""
-        indices = torch.topk(hidden_pre.detach().abs(), k=k, dim=-1, sorted=False).indices
-        return hidden_pre.gather(-1, indices), indices
-
-    def select_dead(self, hidden_pre: Tensor, dead: Tensor, k_aux: int) -> tuple[Tensor, Tensor]:
-        return largest_dead_magnitude(hidden_pre, dead, k_aux)
-
-    def check_trainable(self, sae: Any, trainer: Any) -> None:
-        """Trains with either rescale_acts_by_decoder_norm (sae-lens' AbsTopK training default: True)."""
-
-
-def largest_dead_magnitude(hidden_pre: Tensor, dead: Tensor, k_aux: int) -> tuple[Tensor, Tensor]:
-    """AbsTopK's AuxK choice (sae-lens' calculate_abstopk_aux_acts): the `k_aux` dead features of
-    largest |pre-activation| per row, with their signed pre-activations."""
-    magnitude = torch.where(dead[None], hidden_pre.detach().abs(), -torch.inf)
-    indices = magnitude.topk(k_aux, dim=-1, sorted=False).indices
-    return hidden_pre.gather(-1, indices), indices
+    by_magnitude: ClassVar[bool] = True  # rank by |h|, keep the sign (also in AuxK's choice of dead features)

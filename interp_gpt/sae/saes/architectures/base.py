@@ -86,6 +86,11 @@ class Architecture:
         `attn_layers.0.k_ctx.weight`), on its device and dtype; `SAE.__init__` registers the plain
         names. Default: none."""
 
+    def buffers(self, cfg: SAEConfig) -> dict[str, tuple[tuple[int, ...], torch.dtype]]:
+        """Buffers it holds beside `shapes` (name -> (shape, dtype)): in its state dict and files, never
+        trained by the optimiser (BatchTopK's running `topk_threshold`, float64 as in sae-lens)."""
+        return {}
+
     def float32_params(self, cfg: SAEConfig) -> tuple[str, ...]:
         """Parameters kept in float32 (float64 in a float64 SAE) whatever the SAE's dtype: when built, cast
         and loaded (a JumpReLU threshold: sae-lens' #728)."""
@@ -130,6 +135,10 @@ class Architecture:
         its own way (e.g. the tensors `build` registered). Default: nothing."""
 
     # ----- training -----------------------------------------------------------------------
+    def unit_norm_decoder_default(self, cfg: SAEConfig) -> bool:
+        """The trainer's default for `normalize_decoder` with this config (`unit_norm_decoder` here)."""
+        return self.unit_norm_decoder
+
     def check_trainable(self, sae: Any, trainer: Any) -> None:
         """Refuse, by name, an SAE this architecture cannot train as configured."""
         if not self.trainable:

@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-__all__ = ["Support", "sparse_enough", "MAX_DENSITY", "rectangle"]
+__all__ = ["Support", "encoder_entries", "sparse_enough", "MAX_DENSITY", "rectangle"]
 
 # The share of positions above which the dense step is cheaper (a dense matmul does far more useful
 # work per second than embedding_bag's gathers and the sparse products): a guess the CPU benchmark tunes.
@@ -64,6 +64,12 @@ class _EncoderEntries(torch.autograd.Function):
         return None, None, grad_w, grad_bias, None, None
 
 
+def encoder_entries(pre: Tensor, x: Tensor, w: Tensor, bias: Tensor, rows: Tensor, cols: Tensor) -> Tensor:
+    """`pre[rows, cols]` (flat) of `pre = x @ w + bias` computed without autograd, differentiable in `w` and
+    `bias` at |entries| * d_in cost (see `_EncoderEntries`): the encoder's backward of a sparse step."""
+    return _EncoderEntries.apply(pre, x, w, bias, rows, cols)  # type: ignore[no-any-return]
+
+
 @dataclass(frozen=True)
 class Support:
     """The positions of a bool mask `[n, d_sae]`: `rows`, `cols` (row-major), `offsets` (each row's start)."""
@@ -90,7 +96,7 @@ class Support:
         """`pre[rows, cols]` `[|support|]` of `pre = x @ w_enc + bias` (computed without autograd), with the
         gradient to `w_enc` and `bias` through the support alone: one sparse product of |support| * d_in work,
         not the dense `x.T @ grad` of n * d_in * d_sae that `gather` leaves to autograd."""
-        return _EncoderEntries.apply(pre, x, w_enc, bias, self.rows, self.cols)  # type: ignore[no-any-return]
+        return encoder_entries(pre, x, w_enc, bias, self.rows, self.cols)
 
     def decode(self, values: Tensor, w_dec: Tensor) -> Tensor:
         """`sum_s values[s] * w_dec[cols[s]]` per row `[n, d_in]` (no bias)."""

@@ -2,13 +2,18 @@
 
     h = (x - b_dec) @ W_enc + b_enc          (times ||W_dec[i]|| with rescale_acts_by_decoder_norm)
     f = ReLU(h) on the k largest entries of h, 0 elsewhere
+    x_hat = f @ W_dec + b_dec                (f / ||W_dec[i]|| with rescale_acts_by_decoder_norm)
 
 Training (sae-lens' TopKTrainingSAE): MSE plus the AuxK loss, in which the `k_aux = d_in // 2`
 largest pre-activations of the dead features reconstruct the residual the live ones leave:
 `aux_coefficient * min(n_dead / k_aux, 1) * ||(x - x_hat) - W_dec^T topk_aux(h_dead)||^2`.
+Two forms: ours by default (rescale_acts_by_decoder_norm=False, the decoder rows kept at unit norm by
+the trainer), and sae-lens' training default (rescale_acts_by_decoder_norm=True, a free decoder:
+`normalize_decoder=True` is refused with it). `SAE.save_model` folds the decoder norms into the
+encoder as sae-lens' `save_inference_model` does (same outputs, unit-norm decoder rows).
 
-The selection is one method (`select`, and `select_dead` for AuxK): AbsTopK (abstopk.py) changes only
-those and shares the rest, the training path included.
+The choice is two methods (`choose`, `act`, and AuxK's ranking of dead features): AbsTopK (abstopk.py)
+changes them through `by_magnitude` and shares the rest, the training path included.
 
 Example:
     >>> SAE(SAEConfig(d_in=64, d_sae=256, architecture="topk", k=8,
@@ -17,19 +22,17 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any, ClassVar
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from ...common import check_positive_ints
 from .base import Architecture, decoder_norms, mse_of
+from .sparse import encoder_entries
 
-__all__ = ["TopK", "aux_k_loss", "largest_dead", "sum_rows"]
-
-# (hidden_pre [n, d_sae], dead [d_sae], k_aux) -> (values, indices) [n, k_aux]: AuxK's choice of dead features
-DeadSelection = Callable[[Tensor, Tensor, int], tuple[Tensor, Tensor]]
+__all__ = ["TopK", "PreActs", "aux_k_loss", "dead_reconstruction_loss", "folded_norms_state"]
 
 
 class TopK(Architecture):
@@ -38,29 +41,28 @@ class TopK(Architecture):
     name: ClassVar[str] = "topk"
     fields: ClassVar[dict[str, Any]] = {"k": 100, "rescale_acts_by_decoder_norm": False}  # sae-lens' defaults
     loss_names: ClassVar[tuple[str, ...]] = ("aux",)
-    unit_norm_decoder: ClassVar[bool] = True  # the trainer's default for normalize_decoder
+    unit_norm_decoder: ClassVar[bool] = True  # the trainer's default for normalize_decoder (rescale off)
+    by_magnitude: ClassVar[bool] = False  # AbsTopK: rank by |h| and keep the sign (abstopk.py)
 
     def check_config(self, cfg: Any) -> None:
-        if not isinstance(cfg.k, int) or isinstance(cfg.k, bool) or not 1 <= cfg.k <= cfg.d_sae:
+        check_positive_ints(cfg, ("k",))
+        if not 1 <= cfg.k <= cfg.d_sae:
             raise ValueError(f"k={cfg.k!r}: expected an integer in 1..d_sae={cfg.d_sae}")
 
-    # ----- the selection (what AbsTopK changes) -----------------------------------------
-    def select(self, hidden_pre: Tensor, k: int) -> tuple[Tensor, Tensor]:
-        """(values, indices) `[..., k]`: the features each row keeps and their activations (here the k
-        largest pre-activations, ReLU'd)."""
-        values, indices = torch.topk(hidden_pre, k=k, dim=-1, sorted=False)
-        return values.relu(), indices
+    # ----- the selection (what AbsTopK changes, through `by_magnitude`) ------------------------
+    def choose(self, h: Tensor, k: int) -> Tensor:
+        """The indices `[..., k]` each row keeps: its k largest pre-activations (largest |h| by magnitude)."""
+        return (h.abs() if self.by_magnitude else h).topk(k, dim=-1, sorted=False).indices
 
-    def select_dead(self, hidden_pre: Tensor, dead: Tensor, k_aux: int) -> tuple[Tensor, Tensor]:
-        """AuxK's (values, indices) `[n, k_aux]` among the dead features (`k_aux <= n_dead`)."""
-        return largest_dead(hidden_pre, dead, k_aux)
+    def act(self, values: Tensor) -> Tensor:
+        """The kept pre-activations' activations: ReLU'd (signed, as they are, by magnitude)."""
+        return values if self.by_magnitude else values.relu()
 
-    # ----- inference ----------------------------------------------------------------------
     def activation(self, sae: Any, hidden_pre: Tensor) -> Tensor:
         if sae.cfg.rescale_acts_by_decoder_norm:
             hidden_pre = hidden_pre * decoder_norms(sae)
-        values, indices = self.select(hidden_pre, sae.cfg.k)
-        return torch.zeros_like(hidden_pre).scatter_(-1, indices, values)
+        indices = self.choose(hidden_pre, sae.cfg.k)
+        return torch.zeros_like(hidden_pre).scatter_(-1, indices, self.act(hidden_pre.gather(-1, indices)))
 
     def decode(self, sae: Any, feature_acts: Tensor) -> Tensor:
         if sae.cfg.rescale_acts_by_decoder_norm:
@@ -68,76 +70,91 @@ class TopK(Architecture):
         return feature_acts @ sae.W_dec + sae.b_dec
 
     # ----- training -----------------------------------------------------------------------
+    def unit_norm_decoder_default(self, cfg: Any) -> bool:
+        """Unit-norm rows by default, unless the activations are rescaled by them (sae-lens' form)."""
+        return not cfg.rescale_acts_by_decoder_norm
+
     def check_trainable(self, sae: Any, trainer: Any) -> None:
-        if sae.cfg.rescale_acts_by_decoder_norm:
-            raise ValueError("sae: train TopK with rescale_acts_by_decoder_norm=False (the decoder is kept unit-norm)")
+        if sae.cfg.rescale_acts_by_decoder_norm and trainer.cfg.normalize_decoder:
+            raise ValueError(
+                f"normalize_decoder=True with sae.cfg.rescale_acts_by_decoder_norm=True: a {self.name} SAE that "
+                "rescales its activations by the decoder norms trains with a free decoder (as sae-lens does); "
+                "set normalize_decoder=False (or None), or rescale_acts_by_decoder_norm=False for unit-norm rows"
+            )
 
     def losses(self, trainer: Any, x: Tensor) -> tuple[Tensor, dict[str, Tensor]]:
-        """b_dec folds into the encoder bias (`(x - b_dec) @ W_enc = x @ W_enc - b_dec @ W_enc`: no
-        `[n, d_in]` input gradient); the decoder sums the k chosen rows per token (`embedding_bag`:
-        k / d_sae of the dense matmul's work, forward and backward)."""
+        """The decoder sums the k chosen rows per token (`embedding_bag`: k / d_sae of the dense
+        matmul's work, forward and backward); the encoder's backward reaches only the chosen
+        pre-activations (see `PreActs`)."""
         sae = trainer.sae
-        bias = sae.b_enc - sae.b_dec @ sae.W_enc if sae.cfg.apply_b_dec_to_input else sae.b_enc
-        hidden_pre = torch.addmm(bias, x, sae.W_enc)
-        inv_norms = None
-        if sae.cfg.rescale_acts_by_decoder_norm:  # rank by acts * |W_dec[i]|, decode acts / |W_dec[i]|
-            norms = decoder_norms(sae)
-            hidden_pre, inv_norms = hidden_pre * norms, 1 / norms
-        values, indices = self.select(hidden_pre, sae.cfg.k)
-        x_hat = sum_rows(sae.W_dec, indices, values, inv_norms) + sae.b_dec
+        n, k = x.shape[0], sae.cfg.k
+        pre = PreActs(sae, x)
+        indices = self.choose(pre.h, k)
+        rows = torch.arange(n, device=x.device).repeat_interleave(k)
+        acts = self.act(pre.at(rows, indices.flatten()).view(n, k))
+        weights = acts if pre.inv_norm is None else acts * pre.inv_norm[indices]
+        x_hat = F.embedding_bag(indices, sae.W_dec, per_sample_weights=weights, mode="sum") + sae.b_dec
         with torch.no_grad():
-            feats = torch.zeros_like(hidden_pre).scatter_(-1, indices, values)
+            feats = torch.zeros_like(pre.h).scatter_(-1, indices, acts)
             fired = torch.zeros(sae.cfg.d_sae, dtype=torch.bool, device=x.device)
-            fired[indices[values != 0]] = True  # a feature fires when its activation is non-zero (either sign)
+            fired[indices[acts != 0]] = True  # a feature fires when its activation is non-zero (either sign)
         mse = mse_of(x_hat, x)
         parts = {"mse": mse, "feats": feats, "fired": fired, "x_hat": x_hat.detach()}
-        aux = aux_k_loss(trainer, x, x_hat, hidden_pre, select_dead=self.select_dead, inv_norms=inv_norms)
+        aux = aux_k_loss(trainer, x, x_hat, pre, self.by_magnitude)
         if aux is not None:
             parts["aux"] = aux
             return mse + aux, parts
         return mse, parts
 
     def inference_state(self, sae: Any, state: dict[str, Tensor]) -> tuple[dict[str, Any], dict[str, Tensor]]:
-        """With rescale_acts_by_decoder_norm, sae-lens folds the decoder norms into the saved weights
-        (unit decoder rows, `W_enc` and `b_enc` times the norms): the same features, any decoder."""
-        if not sae.cfg.rescale_acts_by_decoder_norm:
-            return {}, state
-        norms = state["W_dec"].norm(dim=-1).clamp(min=1e-8)  # sae-lens' get_W_dec_norm
-        folded = {
-            **state,
-            "W_dec": state["W_dec"] / norms[:, None],
-            "W_enc": state["W_enc"] * norms,
-            "b_enc": state["b_enc"] * norms,
-        }
-        return {}, folded
+        """With rescale_acts_by_decoder_norm: the decoder norms folded into W_enc and b_enc (sae-lens'
+        TopKTrainingSAE.process_state_dict_for_saving_inference); the config is unchanged."""
+        return {}, folded_norms_state(sae, state)
 
 
-def sum_rows(W_dec: Tensor, indices: Tensor, values: Tensor, inv_norms: Tensor | None = None) -> Tensor:
-    """`sum_j values[:, j] * W_dec[indices[:, j]]` `[n, d_in]` (times `inv_norms` of each row when given),
-    without the dense `[n, d_sae]` product."""
-    weights = values * inv_norms[indices] if inv_norms is not None else values
-    return F.embedding_bag(indices, W_dec, per_sample_weights=weights, mode="sum")
+def folded_norms_state(sae: Any, state: dict[str, Tensor]) -> dict[str, Tensor]:
+    """`state` with `n = ||W_dec[i]||` (at least 1e-8) folded in where the SAE rescales by it: W_enc * n,
+    b_enc * n, W_dec / n (the same function, unit-norm decoder rows); `state` as it is otherwise."""
+    if not sae.cfg.rescale_acts_by_decoder_norm:
+        return state
+    norms = sae.W_dec.detach().norm(dim=-1).clamp(min=1e-8)
+    return {
+        **state,
+        "W_enc": state["W_enc"] * norms[None],
+        "b_enc": state["b_enc"] * norms,
+        "W_dec": state["W_dec"] / norms[:, None],
+    }
 
 
-def largest_dead(hidden_pre: Tensor, dead: Tensor, k_aux: int) -> tuple[Tensor, Tensor]:
-    """TopK's AuxK choice: the `k_aux` largest pre-activations among the dead features, as they are."""
-    masked = torch.where(dead[None], hidden_pre, -torch.inf)
-    values, indices = masked.topk(k_aux, dim=-1, sorted=False)
-    return values, indices
+class PreActs:
+    """The pre-activations `h` `[n, d_sae]` the topk family ranks, computed once outside autograd, and
+    `at(rows, features)`: the chosen ones, differentiable. b_dec folds into the encoder bias
+    (`(x - b_dec) @ W_enc = x @ W_enc - b_dec @ W_enc`: no `[n, d_in]` input gradient) and, where the SAE
+    rescales by the decoder norms, the norms into the encoder's columns (`[d_in, d_sae]` work, not
+    `[n, d_sae]`); `inv_norm` is then `1 / ||W_dec[i]||` (None otherwise). The encoder's backward is
+    sparse (`sparse.encoder_entries`): `nnz * d_in` work for the chosen entries, not a dense `[n, d_sae]`
+    gradient and matmul."""
+
+    def __init__(self, sae: Any, x: Tensor) -> None:
+        bias = sae.b_enc - sae.b_dec @ sae.W_enc if sae.cfg.apply_b_dec_to_input else sae.b_enc
+        weight, self.inv_norm = sae.W_enc, None
+        if sae.cfg.rescale_acts_by_decoder_norm:
+            norms = decoder_norms(sae)
+            weight, bias, self.inv_norm = weight * norms, bias * norms, 1 / norms
+        self.x, self.weight, self.bias = x, weight, bias
+        with torch.no_grad():
+            self.h = torch.addmm(bias, x, weight)
+
+    def at(self, rows: Tensor, features: Tensor) -> Tensor:
+        """`h[rows, features]` `[nnz]`, its gradient flowing to the encoder's weight and bias."""
+        return encoder_entries(self.h, self.x, self.weight, self.bias, rows, features)
 
 
-def aux_k_loss(
-    trainer: Any,
-    x: Tensor,
-    x_hat: Tensor,
-    hidden_pre: Tensor,
-    *,
-    select_dead: DeadSelection = largest_dead,
-    inv_norms: Tensor | None = None,
-) -> Tensor | None:
-    """TopK's AuxK loss (None while no feature is dead): the `k_aux = max(1, d_in // 2)` dead features
-    `select_dead` picks (by default the largest pre-activations) reconstruct the residual `x - x_hat`
-    (detached). `inv_norms`: decode them divided by their decoder norms (rescale_acts_by_decoder_norm)."""
+def aux_k_loss(trainer: Any, x: Tensor, x_hat: Tensor, pre: PreActs, by_magnitude: bool = False) -> Tensor | None:
+    """TopK's AuxK loss (None while no feature is dead): the `k_aux = max(1, d_in // 2)` largest
+    pre-activations among the dead features (by |h|, signed, `by_magnitude`: AbsTopK's, sae-lens'
+    calculate_abstopk_aux_acts) reconstruct the residual `x - x_hat` (detached), scaled by
+    `aux_coefficient * min(n_dead / k_aux, 1)`."""
     dead = trainer.dead_mask()
     n_dead = int(dead.sum())
     if not n_dead:
@@ -145,7 +162,23 @@ def aux_k_loss(
     sae = trainer.sae
     k_aux = max(1, sae.cfg.d_in // 2)  # sae-lens' d_in // 2, at least one (d_in = 1)
     scale = min(n_dead / k_aux, 1.0)
-    aux_values, aux_indices = select_dead(hidden_pre, dead, min(k_aux, n_dead))
-    aux_hat = sum_rows(sae.W_dec, aux_indices, aux_values, inv_norms)
+    dead_features = dead.nonzero().squeeze(1)
     residual = (x - x_hat).detach()
-    return trainer.cfg.aux_coefficient * scale * (aux_hat - residual).pow(2).sum(-1).mean()
+    loss = dead_reconstruction_loss(sae.W_dec, pre, residual, dead_features, min(k_aux, n_dead), by_magnitude)
+    return trainer.cfg.aux_coefficient * scale * loss  # type: ignore[no-any-return]
+
+
+def dead_reconstruction_loss(
+    W_dec: Tensor, pre: PreActs, residual: Tensor, dead_features: Tensor, k_aux: int, by_magnitude: bool = False
+) -> Tensor:
+    """`||residual - sum_j h_j W_dec[j]||^2` (summed over d_in, mean over rows) over the `k_aux` largest
+    pre-activations `h_j` (not ReLU'd, as sae-lens) among `dead_features` (indices) in each row; where
+    the SAE rescales, `h_j / ||W_dec[j]||`. Only the dead columns are ranked: `[n, n_dead]` work."""
+    n = pre.h.shape[0]
+    h_dead = pre.h.index_select(1, dead_features)
+    indices = dead_features[(h_dead.abs() if by_magnitude else h_dead).topk(k_aux, dim=-1, sorted=False).indices]
+    rows = torch.arange(n, device=indices.device).repeat_interleave(k_aux)
+    values = pre.at(rows, indices.flatten()).view(n, k_aux)
+    weights = values if pre.inv_norm is None else values * pre.inv_norm[indices]
+    aux_hat = F.embedding_bag(indices, W_dec, per_sample_weights=weights, mode="sum")
+    return (aux_hat - residual).pow(2).sum(-1).mean()
