@@ -216,7 +216,9 @@ class SAE(CoderHookPoints, nn.Module):
         evaluation reads; a temporal SAE's reconstruction includes its predicted code, as its forward's).
 
         Example:
-            >>> feats, x_hat = sae.encode_and_reconstruct(resid)      # [batch, pos, d_sae], [batch, pos, d_in]
+            >>> feats, x_hat = sae.encode_and_reconstruct(torch.randn(2, 5, sae.cfg.d_in))
+            >>> feats.shape[:2], x_hat.shape[:2]
+            (torch.Size([2, 5]), torch.Size([2, 5]))
         """
         acts, state = self._encode(x, hooked=False)
         return acts, self._decode(acts, state, hooked=False, forward=True)
