@@ -18,7 +18,7 @@ Example:
     >>> sae = SAE(SAEConfig(d_in=32, d_sae=64))                          # ... trained on model.sample(...)
     >>> evaluate_synthetic(sae, model, n_samples=10_000, seed=2)["mcc"]
     >>> from interp_gpt.sae.synthetic import planted_hierarchy_model, absorption_score
-    >>> absorption_score(sae, planted_hierarchy_model(n_parents=2, n_children=3))["absorption"]
+    >>> absorption_score(sae, planted_hierarchy_model(n_parents=2, n_children=3, hidden_dim=32))["absorption"]
 """
 
 from .absorption import absorption_score, planted_hierarchy_model

@@ -39,6 +39,7 @@ class OrthogonalizationConfig:
             raise ValueError(f"OrthogonalizationConfig: lr={self.lr!r} is out of range: expected a number > 0")
 
     def to_dict(self) -> dict[str, Any]:
+        """sae-lens' JSON for these settings (the `orthogonalization` entry of a synthetic model's config)."""
         return {"num_steps": self.num_steps, "lr": self.lr, "chunk_size": self.chunk_size}
 
 
@@ -140,6 +141,8 @@ class FeatureDictionary(nn.Module):
         return fd
 
     def forward(self, feature_acts: Float[Tensor, "... num_features"]) -> Float[Tensor, "... hidden_dim"]:
+        """Hidden activations `[..., hidden_dim]`: `feature_acts @ feature_vectors + bias`, in the dtype of the
+        feature vectors."""
         if feature_acts.shape[-1] != self.num_features:
             raise ValueError(
                 f"feature_acts has shape {tuple(feature_acts.shape)}, expected [..., {self.num_features}] (num_features)"

@@ -67,6 +67,8 @@ class _Named:
     generator_name: ClassVar[str]
 
     def to_dict(self) -> dict[str, Any]:
+        """The config as sae-lens writes it in JSON: its fields plus `generator_name` (read back by
+        `firing_probability_from_dict` / `magnitude_from_dict`)."""
         return {**dataclasses.asdict(self), "generator_name": self.generator_name}  # type: ignore[call-overload]
 
 
@@ -110,6 +112,8 @@ class ZipfianFiringProbabilityConfig(_Named):
         _check_prob_range("ZipfianFiringProbabilityConfig", self.min_prob, self.max_prob, strict=True)
 
     def generate(self, num_features: int, seed: int | None = None) -> Float[Tensor, " num_features"]:
+        """Firing probabilities `[num_features]` (float32), feature 0 the most likely (max_prob), the last
+        the least (min_prob); a single feature gets max_prob. `seed` is unused (no randomness)."""
         n = _check_num_features(num_features, "ZipfianFiringProbabilityConfig.generate")
         if n == 1:
             return torch.tensor([self.max_prob])
@@ -130,6 +134,8 @@ class LinearFiringProbabilityConfig(_Named):
         _check_prob_range("LinearFiringProbabilityConfig", self.min_prob, self.max_prob, strict=False)
 
     def generate(self, num_features: int, seed: int | None = None) -> Float[Tensor, " num_features"]:
+        """Firing probabilities `[num_features]` (float32), from max_prob down to min_prob; a single feature
+        gets max_prob. `seed` is unused (no randomness)."""
         n = _check_num_features(num_features, "LinearFiringProbabilityConfig.generate")
         return torch.tensor([self.max_prob]) if n == 1 else torch.linspace(self.max_prob, self.min_prob, n)
 
@@ -146,6 +152,8 @@ class RandomFiringProbabilityConfig(_Named):
         _check_prob_range("RandomFiringProbabilityConfig", self.min_prob, self.max_prob, strict=True)
 
     def generate(self, num_features: int, seed: int | None = None) -> Float[Tensor, " num_features"]:
+        """Firing probabilities `[num_features]` (float32), uniform in [min_prob, max_prob]; `seed=None` uses
+        torch's default seed, so it draws the same values every time (as sae-lens does)."""
         n = _check_num_features(num_features, "RandomFiringProbabilityConfig.generate")
         u = torch.rand(n, generator=_cpu_generator(seed), dtype=torch.float32)
         return self.min_prob + (self.max_prob - self.min_prob) * u
@@ -163,6 +171,7 @@ class ConstantFiringProbabilityConfig(_Named):
             raise _fail("ConstantFiringProbabilityConfig", "probability", self.probability, "0 <= probability <= 1")
 
     def generate(self, num_features: int, seed: int | None = None) -> Float[Tensor, " num_features"]:
+        """Firing probabilities `[num_features]` (float32), all `probability`. `seed` is unused."""
         n = _check_num_features(num_features, "ConstantFiringProbabilityConfig.generate")
         return torch.full((n,), self.probability, dtype=torch.float32)
 
@@ -205,6 +214,7 @@ class ConstantMagnitudeConfig(_Named):
     generator_name: ClassVar[str] = "constant"
 
     def generate(self, num_features: int, seed: int | None = None) -> Float[Tensor, " num_features"]:
+        """Magnitudes `[num_features]` (float32), all `value`. `seed` is unused."""
         return torch.full((num_features,), self.value, dtype=torch.float32)
 
 
@@ -220,6 +230,8 @@ class LinearMagnitudeConfig(_Named):
         _check_start_end("LinearMagnitudeConfig", self.start, self.end)
 
     def generate(self, num_features: int, seed: int | None = None) -> Float[Tensor, " num_features"]:
+        """Magnitudes `[num_features]` (float32), evenly spaced from start to end; a single feature gets
+        start. `seed` is unused."""
         if num_features == 1:
             return torch.tensor([self.start], dtype=torch.float32)
         return torch.linspace(self.start, self.end, num_features)
@@ -237,6 +249,8 @@ class ExponentialMagnitudeConfig(_Named):
         _check_start_end("ExponentialMagnitudeConfig", self.start, self.end)
 
     def generate(self, num_features: int, seed: int | None = None) -> Float[Tensor, " num_features"]:
+        """Magnitudes `[num_features]` (float32), a geometric sequence from start to end; a single feature
+        gets start. `seed` is unused."""
         if num_features == 1:
             return torch.tensor([self.start], dtype=torch.float32)
         return self.start * (self.end / self.start) ** torch.linspace(0, 1, num_features)
@@ -265,6 +279,8 @@ class FoldedNormalMagnitudeConfig(_Named):
             raise _fail(w, "(min_value, max_value)", (self.min_value, self.max_value), "min_value <= max_value")
 
     def generate(self, num_features: int, seed: int | None = None) -> Float[Tensor, " num_features"]:
+        """Magnitudes `[num_features]` (float32, >= 0): |mean + std * N(0, 1)|, clamped where bounds are
+        given; from a CPU generator seeded with `seed`, or torch's global generator when `seed` is None."""
         g = torch.Generator().manual_seed(seed) if seed is not None else None
         x = (self.mean + torch.randn(num_features, generator=g) * self.std).abs()
         if self.min_value is not None or self.max_value is not None:

@@ -225,6 +225,7 @@ class Hierarchy:
 
     @property
     def feature_indices(self) -> set[int]:
+        """The indices of every feature in the tree (nodes without a feature left out)."""
         return {n.feature_index for n in self.nodes() if n.feature_index is not None}
 
     def parent_of(self) -> dict[int, int]:
@@ -262,6 +263,7 @@ class Hierarchy:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Hierarchy:
+        """The hierarchy sae-lens' hierarchy.json describes (`{"roots": [node dicts]}`)."""
         if not isinstance(d, dict) or not isinstance(d.get("roots"), list):
             raise ValueError(f"hierarchy: expected a dict {{'roots': [...]}}, got {str(d)[:80]}")
         return cls([HierarchyNode.from_dict(r) for r in d["roots"]])
@@ -450,6 +452,7 @@ class HierarchyConfig:
                 )
 
     def to_dict(self) -> dict[str, Any]:
+        """sae-lens' JSON for these settings (a `branching_factor` range as a list: JSON has no tuples)."""
         b = self.branching_factor
         return {
             "total_root_nodes": self.total_root_nodes,

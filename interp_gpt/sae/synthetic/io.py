@@ -12,6 +12,7 @@ written whole or not at all; the weights record the sha256 of the two JSON files
 a folder mixing two saves is refused here.
 
 Example:
+    >>> model = SyntheticModel(SyntheticModelConfig(num_features=32, hidden_dim=16, seed=0))
     >>> save_synthetic_model(model, "toy")
     >>> load_synthetic_model("toy").sample(4, seed=0).shape
     torch.Size([4, 16])

@@ -49,6 +49,7 @@ class LowRankCorrelationConfig:
     seed: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
+        """sae-lens' JSON for these settings (the `correlation` entry of a synthetic model's config)."""
         return {"rank": self.rank, "correlation_scale": self.correlation_scale, "seed": self.seed}
 
 
@@ -122,6 +123,7 @@ class SyntheticModelConfig:
 
     @property
     def torch_dtype(self) -> torch.dtype:
+        """`dtype` as a torch dtype (`"float32"` -> `torch.float32`)."""
         return _DTYPES[self.dtype]
 
     def to_dict(self) -> dict[str, Any]:
@@ -233,14 +235,17 @@ class SyntheticModel:
 
     @property
     def num_features(self) -> int:
+        """The number of true features (`cfg.num_features`)."""
         return self.cfg.num_features
 
     @property
     def hidden_dim(self) -> int:
+        """The width of the hidden activations (`cfg.hidden_dim`)."""
         return self.cfg.hidden_dim
 
     @property
     def feature_vectors(self) -> Float[Tensor, "num_features hidden_dim"]:
+        """The true feature directions `[num_features, hidden_dim]` (detached; unit rows when the model made them)."""
         return self.feature_dict.feature_vectors.detach()
 
     @torch.no_grad()
