@@ -4,6 +4,10 @@ metrics.json.
 
     interp-gpt train-transcoder --kind skip --out transcoders/tiny-gpt2 --d-sae 1024 --k 32
     interp-gpt train-transcoder --kind clt --out transcoders/tiny-gpt2-clt --d-sae 1024 --k 16
+    interp-gpt train-transcoder --architecture batchtopk --k 24.5 --out transcoders/tiny-gpt2-btk
+
+`--architecture batchtopk` trains BatchTopK (`--k` per token on average over a batch, may be a float) and
+saves JumpReLU transcoders whose threshold is the running one (see `batchtopk_metadata`).
 
 One pass of the activation store harvests every layer's MLP input (`--input-hook`) and MLP output
 (`blocks.L.hook_mlp_out`) together; one trainer steps every layer on the same rows. Everything the run
@@ -24,10 +28,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ...checks import check_text_files
+from ...checks import check_float, check_text_files
 from .. import common
 from ..transcoders.clt import CLTConfig, CrossLayerTranscoder, save_clt
-from ..transcoders.config import TranscoderConfig
+from ..transcoders.config import TranscoderConfig, batchtopk_metadata
 from ..transcoders.evaluation import evaluate_transcoders
 from ..transcoders.folders import refusal, replace_problem
 from ..transcoders.processing import model_processing
@@ -41,6 +45,17 @@ __all__ = ["add_arguments", "run", "run_command", "main"]
 INPUT_HOOKS = ("ln2.hook_normalized", "hook_resid_mid")
 OUTPUT_HOOK = "hook_mlp_out"
 _PROG = "python -m interp_gpt.sae.train_transcoder_command"
+ARCHITECTURES = ("topk", "relu", "jumprelu", "batchtopk")
+
+
+def _number(text: str) -> int | float:
+    """--k's value: an int where it reads as one, else a float (batchtopk's); argparse names --k otherwise."""
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    raise argparse.ArgumentTypeError(f"expected a number (an int; a float for batchtopk), got {text!r}")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -50,8 +65,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--layers", default="all", help="comma-separated layers (default all; a CLT needs 0..N-1)")
     p.add_argument("--input-hook", default=INPUT_HOOKS[0], help=f"what each layer reads: {' or '.join(INPUT_HOOKS)}")
     common.add_corpus_arguments(p)
-    helps = ("activation", "features per layer", "active features per token and layer (topk)", "(relu)")
-    common.add_feature_arguments(p, ("topk", "relu", "jumprelu"), helps)
+    # train-sae's feature options, but --k may be a float (batchtopk's average)
+    p.add_argument("--architecture", choices=ARCHITECTURES, default=ARCHITECTURES[0], help="activation")
+    p.add_argument("--d-sae", type=int, default=1024, help="features per layer")
+    p.add_argument(
+        "--k", type=_number, default=32,
+        help="active features per token and layer (topk; batchtopk: on average over a batch, may be a float)",
+    )  # fmt: skip
+    p.add_argument("--l1-coefficient", type=float, default=1.0, help="(relu)")
     p.add_argument("--l0-coefficient", type=float, default=1.0, help="(jumprelu)")
     p.add_argument("--jumprelu-bandwidth", type=float, default=0.05, help="(jumprelu) the estimators' window")
     p.add_argument("--jumprelu-init-threshold", type=float, default=0.01, help="(jumprelu)")
@@ -67,7 +88,16 @@ def _check_args(args: argparse.Namespace) -> TranscoderTrainingConfig:
     """Every option checked before the model loads (train-sae's rules for the shared ones)."""
     shared = argparse.Namespace(**vars(args))
     shared.architecture = "standard" if args.architecture != "topk" else "topk"
+    if args.architecture == "batchtopk":
+        shared.k = 1  # (train-sae's --k check is for an int; batchtopk's is below)
     cfg = check_sae_args(shared)  # the options train-sae has, named as there
+    if args.architecture == "batchtopk":
+        check_float(args.k, "--k", 0.0)
+        if args.k > args.d_sae:
+            raise ValueError(
+                f"--k={args.k} is out of range: expected a number > 0 and <= --d-sae={args.d_sae} (batchtopk's "
+                "features per token on average)"
+            )
     if args.input_hook not in INPUT_HOOKS:
         close = difflib.get_close_matches(str(args.input_hook), INPUT_HOOKS, n=1)
         hint = f"; did you mean {close[0]!r}?" if close else ""
@@ -125,11 +155,14 @@ def _build(
 ) -> Transcoder | list[Transcoder] | CrossLayerTranscoder:
     d = model.cfg.d_model
     nonneg = args.format != "circuit-tracer" or args.architecture == "relu"  # circuit-tracer's keep negatives
+    batch = args.architecture == "batchtopk"  # a JumpReLU transcoder trained as BatchTopK
     shape: dict[str, Any] = dict(
-        d_in=d, d_sae=args.d_sae, d_out=d, architecture=args.architecture,
+        d_in=d, d_sae=args.d_sae, d_out=d, architecture="jumprelu" if batch else args.architecture,
         k=args.k if args.architecture == "topk" else None, nonnegative_acts=nonneg,
     )  # fmt: skip
     meta = {"model_name": model.cfg.model_name, "context_size": args.context_size, "dataset_path": ", ".join(args.data)}
+    if batch:
+        meta.update(batchtopk_metadata(args.k))
     # The weights the set is trained on (processed, as from_pretrained loads them): what lets a later
     # user on a model processed otherwise convert it exactly (transcoder_processing).
     processing = {layer: model_processing(model, layer) for layer in layers}

@@ -10,13 +10,18 @@ for all), or a cross-layer transcoder (CLT: layer s's features decode into every
     weighted L1; a CLT feature's norm is that of all its decoders together (into layers s, s+1, ...);
   * "topk": AuxK as the SAE's: per layer, the `k_aux = max(1, d_out // 2)` largest pre-activations of its
     dead features predict the residual `y - y_hat` of the layers they write (their own for a PLT);
+  * BatchTopK (a JumpReLU transcoder whose metadata says so: `batchtopk_metadata(k)`): per layer the
+    `int(k * n)` largest positive pre-activations over the batch's n rows (the SAE's `batch_topk`), TopK's
+    AuxK, and after each step the running threshold of the SAE's BatchTopK (`new_threshold`, float64,
+    `cfg.topk_threshold_lr`), one per layer, written into the transcoder's threshold for every feature:
+    the transcoder itself computes (and saves as) the JumpReLU with that threshold;
   * "jumprelu": sae-lens 6's JumpReLU training (DeepMind's): the gate `h * (h > threshold)` and an L0
     penalty `l0_coefficient * sum_s (h_s > threshold_s).sum(-1).mean()`, both with straight-through
     estimators that pass a gradient to the threshold through a rectangle kernel of width
     `jumprelu_bandwidth` around it (the L0's to the threshold only); thresholds start at
     `jumprelu_init_threshold` and are projected back to >= 0 after every step.
 Decoder rows (a CLT feature's decoders taken together) are kept at unit norm with `normalize_decoder`
-(default: TopK only). A feature is dead when it has not fired in `dead_feature_window` batches.
+(default: TopK and BatchTopK). A feature is dead when it has not fired in `dead_feature_window` batches.
 
 Batches are `(inputs, targets)`: `[batch, d_in]` and `[batch, d_out]` for one PLT, `[n_layers, batch, d_in]`
 and `[n_layers, batch, d_out]` for a set or a CLT; or a dict hook -> rows, as an `ActivationStore` on
@@ -33,8 +38,10 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ...checks import check_tokens
+from ..saes.architectures.batchtopk import batch_topk, new_threshold
 from ..saes.evaluation import explained_variance
 from ..transcoders.clt import CrossLayerTranscoder
+from ..transcoders.config import batchtopk_k
 from ..transcoders.evaluation import evaluate_transcoders, transcoder_set
 from ..transcoders.transcoder import Transcoder
 from .sae_trainer import INT_FIELDS, SAETrainer, SAETrainingConfig, check_non_negative
@@ -166,12 +173,36 @@ class TranscoderTrainer(SAETrainer):
         self.arch, self.k, self.skip, self.nonnegative = c.architecture, c.k, c.skip, c.nonnegative_acts
         self.d_in, self.d_sae, self.d_out = c.d_in, c.d_sae, c.d_out
         self.n_layers = self.clt.n_layers if self.clt is not None else len(self.tcs)
-        self.topk = self.arch == "topk"
+        self.batch_k = batchtopk_k(c)  # BatchTopK's k (a JumpReLU trained as BatchTopK), else None
+        self._same_training([tc.cfg for tc in self.tcs] if self.clt is None else [c])
+        # how it trains: its architecture's loss, or BatchTopK's (its JumpReLU threshold is then set, not learnt)
+        self.training_architecture = "batchtopk" if self.batch_k is not None else self.arch
+        self.topk = self.training_architecture in ("topk", "batchtopk")  # AuxK, a unit-norm decoder by default
         device = self.clt.device if self.clt is not None else self.tcs[0].device
         self.dtype = self.clt.dtype if self.clt is not None else self.tcs[0].dtype
         self._start(list(self.module.parameters()), (self.n_layers, self.d_sae), device)
         self.device = device
         self._batch: tuple[Tensor, Tensor] | None = None
+        # BatchTopK's running thresholds, one per layer, in float64 as the SAE's (sae-lens' topk_threshold);
+        # from the transcoders' own (their mean over features) until the first step initialises them to 0
+        self.topk_threshold = torch.zeros(self.n_layers, dtype=torch.float64, device=device)
+        if self.batch_k is not None:
+            self.topk_threshold.copy_(
+                torch.cat([t.detach().reshape(-1, self.d_sae) for t in self._thresholds()]).mean(-1)
+            )
+
+    def _same_training(self, cfgs: list[Any]) -> None:
+        """Refuse a set whose transcoders train differently (BatchTopK or not, another k), by name."""
+
+        def how(k: float | None) -> str:
+            return f"BatchTopK (k={k})" if k is not None else self.arch
+
+        for i, cfg in enumerate(cfgs[1:], 1):
+            if batchtopk_k(cfg) != self.batch_k:
+                raise ValueError(
+                    f"TranscoderTrainer: transcoders[{i}] trains as {how(batchtopk_k(cfg))} but transcoders[0] as "
+                    f"{how(self.batch_k)}: a set trains one way (see batchtopk_metadata)"
+                )
 
     # ----- where each layer's tensors are ---------------------------------------------------
     @property
@@ -292,7 +323,23 @@ class TranscoderTrainer(SAETrainer):
         """(Transcoders have no per-architecture step work.)"""
 
     def _after_update(self, parts: dict[str, Tensor]) -> None:
-        """(Transcoders have no per-architecture step work.)"""
+        """BatchTopK: the step's running thresholds, kept (float64) and written into every feature's threshold."""
+        if self.batch_k is None:
+            return
+        self.topk_threshold.copy_(parts["topk_threshold"])
+        for s, t in enumerate(self._thresholds()):  # a CLT's one [n_layers, d_sae] tensor, or one per PLT
+            t.copy_(self.topk_threshold.view(-1, 1).expand(t.shape) if t.ndim == 2 else self.topk_threshold[s])
+
+    def _keep_last_good(self) -> None:
+        super()._keep_last_good()
+        if self.last_good is not None and self.last_good["step"] == self.n_steps:
+            self.last_good["topk_threshold"] = self.topk_threshold.clone()
+
+    def _roll_back(self) -> int | None:
+        step = super()._roll_back()
+        if self.last_good is not None and "topk_threshold" in self.last_good:
+            self.topk_threshold.copy_(self.last_good["topk_threshold"])
+        return step
 
     @torch.no_grad()
     def _initialise(self, batch: Any) -> None:  # type: ignore[override]
@@ -313,8 +360,9 @@ class TranscoderTrainer(SAETrainer):
             self._b_dec(m).copy_(ys[m].mean(0) if self.cfg.init_b_dec_to_mean else torch.zeros(self.d_out))
             if self.skip:
                 self._w_skip(m).zero_()
-        for t in self._thresholds():
-            t.fill_(self.cfg.jumprelu_init_threshold)
+        for t in self._thresholds():  # BatchTopK's running threshold starts at 0, as the SAE's
+            t.fill_(self.cfg.jumprelu_init_threshold if self.batch_k is None else 0.0)
+        self.topk_threshold.zero_()
         self._initialised = True
 
     def _after_step(self) -> None:
@@ -330,14 +378,22 @@ class TranscoderTrainer(SAETrainer):
         xs, ys = batch
         n, c = xs.shape[1], self.cfg
         outs: list[Tensor | None] = [None] * self.n_layers
-        feats, pres, sparsity = [], [], []
+        feats, pres, sparsity, running = [], [], [], []
         fired = torch.zeros(self.n_layers, self.d_sae, dtype=torch.bool, device=xs.device)
         decoders = self._decoders()
         for s in range(self.n_layers):
             w_enc, b_enc, threshold = self._enc(s)
             pre = torch.addmm(b_enc, xs[s], w_enc)  # [n, d_sae]
             w = decoders[s].reshape(self.d_sae, -1)  # [d_sae, n_targets * d_out]
-            if self.topk:
+            if self.batch_k is not None:  # the int(k * n) largest over the batch, decoded row by row
+                chosen = batch_topk(pre, self.batch_k)
+                contrib = F.embedding_bag(
+                    chosen.features, w, chosen.offsets, mode="sum", per_sample_weights=chosen.values
+                )
+                with torch.no_grad():
+                    feat = chosen.dense(n, self.d_sae)
+                    running.append(new_threshold(self.topk_threshold[s], chosen.values, c.topk_threshold_lr))
+            elif self.topk:
                 assert self.k is not None
                 values, indices = torch.topk(pre, k=self.k, dim=-1, sorted=False)
                 acts = values.relu() if self.nonnegative else values
@@ -374,10 +430,12 @@ class TranscoderTrainer(SAETrainer):
         self._fired = fired
         parts = {"mse": mse, "feats": torch.stack(feats), "y_hat": torch.stack([y.detach() for y in y_hat])}
         loss = mse
-        if self.arch == "relu":
+        if running:
+            parts["topk_threshold"] = torch.stack(running)  # [L] float64, taken into the trainer after the step
+        if self.training_architecture == "relu":
             parts["l1"] = self._coefficient(c.l1_coefficient, c.l1_warm_up_steps) * sum(sparsity)  # type: ignore[assignment]
             loss = loss + parts["l1"]
-        elif self.arch == "jumprelu":
+        elif self.training_architecture == "jumprelu":
             parts["l0_loss"] = self._coefficient(c.l0_coefficient, c.l0_warm_up_steps) * sum(sparsity)  # type: ignore[assignment]
             loss = loss + parts["l0_loss"]
         else:
@@ -435,6 +493,10 @@ class TranscoderTrainer(SAETrainer):
         for k in ("l1", "aux", "l0_loss"):
             if k in parts:
                 entry[k] = float(parts[k])
+        if "topk_threshold" in parts:  # BatchTopK's running thresholds after this step (as the SAE logs it)
+            entry["topk_threshold"] = float(parts["topk_threshold"].mean())
+            for i, layer in enumerate(self.layers):
+                entry[f"topk_threshold.{layer}"] = float(parts["topk_threshold"][i])
         return entry
 
     def evaluate(self) -> dict[str, float]:

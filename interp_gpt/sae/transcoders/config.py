@@ -14,12 +14,20 @@ The two formats this package reads disagree on one number: sae-lens' JumpReLU tr
 (`h * (h > threshold)`, the k largest `h` as they are). `nonnegative_acts` says which one a
 transcoder computes; a file is read with its format's value and never written into a format whose
 numbers would differ (see transcoder_io).
+
+A BatchTopK transcoder is a JumpReLU transcoder trained another way (sae-lens' BatchTopK SAE saves
+itself so): `architecture="jumprelu"` and `metadata.training_architecture="batchtopk"` with
+`metadata.training_architecture_details={"k": k}` (`batchtopk_metadata(k)`), k features per row on
+average over a batch (a number, may be a float). TranscoderTrainer then trains it as BatchTopK and sets
+its threshold, one value for every feature, after each step; what it computes, saves and loads is the
+JumpReLU. A CLT takes the same metadata (k per layer).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -37,9 +45,15 @@ __all__ = [
     "transcoder_shapes",
     "layer_of",
     "TranscoderFields",
+    "TRAINING_ARCHITECTURES",
+    "batchtopk_metadata",
+    "batchtopk_k",
 ]
 
 TRANSCODER_ARCHITECTURES = ("relu", "jumprelu", "topk")
+# How a JumpReLU transcoder may be trained otherwise (metadata.training_architecture, sae-lens' key).
+TRAINING_ARCHITECTURES = ("batchtopk",)
+_TRAINING_KEY, _DETAILS_KEY = "training_architecture", "training_architecture_details"
 # cfg.json's "architecture" -> (architecture, skip). The topk ones are this package's: sae-lens 6.54
 # has no TopK transcoder class (it cannot load them); the other four are sae-lens' own names.
 SAELENS_ARCHITECTURES = {
@@ -97,6 +111,65 @@ def parse_processing(value: Any, where: str = "metadata.model_processing") -> di
                 f"{where}.{k}={value[k]!r}: expected a boolean (true / false), got {type(value[k]).__name__}"
             )
     return {k: value[k] for k in PROCESSING_FLAGS}
+
+
+def batchtopk_metadata(k: float) -> dict[str, Any]:
+    """The metadata keys that make a JumpReLU transcoder (or CLT) train as BatchTopK, `k` features per
+    row on average over a batch (per layer for a CLT); its config checks k against d_sae.
+
+    Example:
+        >>> meta = {"hook_name": "blocks.1.ln2.hook_normalized", "hook_name_out": "blocks.1.hook_mlp_out"}
+        >>> cfg = TranscoderConfig(d_in=128, d_sae=512, d_out=128, architecture="jumprelu",
+        ...                        metadata={**meta, **batchtopk_metadata(8.5)})
+        >>> batchtopk_k(cfg)
+        8.5
+    """
+    return {_TRAINING_KEY: "batchtopk", _DETAILS_KEY: {"k": _check_batch_k(k, None, "k")}}
+
+
+def batchtopk_k(cfg: Any) -> float | None:
+    """The k a transcoder's (or CLT's) config trains BatchTopK with (metadata.training_architecture_details.k),
+    or None when its metadata says no BatchTopK training. A JumpReLU whose metadata names another TopK-family
+    training (sae-lens' "matryoshka_batchtopk" ...), which this package does not train, is refused by name."""
+    how = cfg.metadata.get(_TRAINING_KEY)
+    if how in TRAINING_ARCHITECTURES:
+        return float(cfg.metadata[_DETAILS_KEY]["k"])
+    if cfg.architecture == "jumprelu" and isinstance(how, str) and "topk" in how:
+        raise ValueError(
+            f"metadata.{_TRAINING_KEY}={how!r}: a JumpReLU trained as {how}, which TranscoderTrainer does not "
+            f"train (it trains {', '.join(TRAINING_ARCHITECTURES)}); set it to 'batchtopk' with "
+            f"{_DETAILS_KEY}={{'k': k}} (batchtopk_metadata(k)), or remove it to train the JumpReLU's own loss"
+        )
+    return None
+
+
+def _check_batch_k(k: Any, d_sae: int | None, where: str) -> float | int:
+    """BatchTopK's k: a number > 0 (and <= d_sae when given); an int stays an int."""
+    if isinstance(k, bool) or not isinstance(k, (int, float)):
+        raise TypeError(f"{where}={k!r}: expected a number > 0 (features per row on average), got {type(k).__name__}")
+    high = f" and <= d_sae={d_sae}" if d_sae is not None else ""
+    if not math.isfinite(k) or k <= 0 or (d_sae is not None and k > d_sae):
+        raise ValueError(f"{where}={k!r}: expected a number > 0{high} (BatchTopK's features per row on average)")
+    return k
+
+
+def _check_training(cfg: TranscoderConfig) -> None:
+    """metadata.training_architecture="batchtopk": on a JumpReLU, with a good k. (Another value is a
+    file's history, as sae-lens writes it for every trained SAE: kept, not read.)"""
+    how = cfg.metadata.get(_TRAINING_KEY)
+    if how not in TRAINING_ARCHITECTURES:
+        return
+    if cfg.architecture != "jumprelu":
+        raise ValueError(
+            f"metadata.{_TRAINING_KEY}={how!r} trains a JumpReLU transcoder (its threshold is the running one); "
+            f"architecture={cfg.architecture!r}: expected 'jumprelu'"
+        )
+    details = cfg.metadata.get(_DETAILS_KEY)
+    if not isinstance(details, dict) or "k" not in details:
+        raise ValueError(
+            f"metadata.{_DETAILS_KEY}={details!r}: a {how} transcoder needs {{'k': features per row on average}}"
+        )
+    _check_batch_k(details["k"], cfg.d_sae, f"metadata.{_DETAILS_KEY}.k")
 
 
 def layer_of(hook: str | None) -> int | None:
@@ -162,7 +235,13 @@ class TranscoderConfig(TranscoderFields):
         common.check_strings(self, ("architecture", "normalize_activations", "device"))
         if self.architecture not in TRANSCODER_ARCHITECTURES:
             hint = ""
-            if self.architecture in SAELENS_ARCHITECTURES:
+            if self.architecture in TRAINING_ARCHITECTURES:
+                hint = (
+                    f" ({self.architecture!r} is how a JumpReLU transcoder is trained: pass architecture='jumprelu' "
+                    f"and metadata with batchtopk_metadata(k), i.e. {_TRAINING_KEY}={self.architecture!r}, "
+                    f"{_DETAILS_KEY}={{'k': k}})"
+                )
+            elif self.architecture in SAELENS_ARCHITECTURES:
                 arch, skip = SAELENS_ARCHITECTURES[self.architecture]
                 hint = f" ({self.architecture!r} is sae-lens' file name for architecture={arch!r}, skip={skip})"
             raise ValueError(
@@ -178,6 +257,7 @@ class TranscoderConfig(TranscoderFields):
             raise ValueError(
                 f"k={self.k!r}: only a topk transcoder keeps k features; architecture={self.architecture!r}"
             )
+        _check_training(self)
         if self.architecture == "relu" and not self.nonnegative_acts:
             raise ValueError("nonnegative_acts=False: a relu transcoder's activations are non-negative by definition")
         self.dtype = common.dtype_name(common.parse_dtype(self.dtype))
