@@ -29,6 +29,7 @@ NOTEBOOKS = [
     "06_sae_features",
     "07_attribution_graphs",
     "08_lenses_causal_steering",
+    "09_sae_architectures",
 ]
 FIRST_CELL = re.compile(r'^MODEL_NAME = "tiny-gpt2"(\s*#.*)?$')
 PLOTLY = "application/vnd.plotly.v1+json"
@@ -342,6 +343,7 @@ FIGURES = {
     "06_sae_features": 3,
     "07_attribution_graphs": 2,
     "08_lenses_causal_steering": 6,
+    "09_sae_architectures": 2,
 }
 
 

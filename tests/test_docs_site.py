@@ -103,7 +103,7 @@ def test_every_public_name_has_an_api_entry(site: Path) -> None:
 
 
 def test_notebooks_are_pages_with_interactive_figures(site: Path) -> None:
-    assert len(NOTEBOOKS) == 8
+    assert len(NOTEBOOKS) == 9
     plotly_js = site / "assets" / "javascripts" / "plotly.min.js"
     assert plotly_js.stat().st_size > 1_000_000, "plotly.js is served by the site itself"
     for name in NOTEBOOKS:
