@@ -27,6 +27,7 @@ LAYOUT = (
     "interp_gpt.tokenizer",
     "interp_gpt.cli",
     "interp_gpt.sae.saes",
+    "interp_gpt.sae.saes.architectures",
     "interp_gpt.sae.transcoders",
     "interp_gpt.sae.training",
 )

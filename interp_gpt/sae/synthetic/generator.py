@@ -74,7 +74,8 @@ class ActivationGenerator:
 
     Args:
         firing_probabilities: p_i in [0, 1], one number for all features or `[num_features]`.
-        std_firing_magnitudes / mean_firing_magnitudes: the magnitude's std (>= 0) and mean when firing.
+        std_firing_magnitudes: the magnitude's standard deviation (>= 0) when firing.
+        mean_firing_magnitudes: the magnitude's mean when firing.
         hierarchy: a `Hierarchy` (or its root node(s)); its feature indices must be < num_features.
         correlation_matrix: a full correlation matrix `[num_features, num_features]` (unit diagonal, positive
             definite) or a low-rank one, `(factor [num_features, rank], diag [num_features])` with diag > 0.
