@@ -19,8 +19,9 @@ import torch
 
 from ...checks import check_int_in_range
 from ..common import command_main, run_subcommand
+from ..saes.architectures import REGISTRY
 from .real_hook import RealHookBench
-from .recipes import parse_override, trainable_architectures
+from .recipes import parse_override, recipe, trainable_architectures
 from .run import SAEBenchConfig, benchmark_architectures
 from .synthetic import SyntheticBench
 
@@ -111,6 +112,13 @@ def config_from_args(args: argparse.Namespace) -> SAEBenchConfig:
     for text in args.overrides:
         arch, name, value = parse_override(text, "--set")
         overrides.setdefault(arch, {})[name] = value
+    for text in args.overrides:  # each checked alone, so that the error names the --set it comes from
+        arch, name, value = parse_override(text, "--set")
+        if arch in REGISTRY and arch in (args.architecture or trainable_architectures()):
+            try:
+                recipe(arch, {name: value})
+            except ValueError as e:
+                raise ValueError(f"--set {text}: {str(e).split(': ', 1)[1]}") from None
     synthetic = None if args.no_synthetic else _part(SyntheticBench, _SYNTHETIC, args)
     real = None if args.no_real else _part(RealHookBench, _REAL, args)
     if synthetic is None and real is None:
@@ -131,7 +139,13 @@ def run(args: argparse.Namespace, argv: Sequence[str] | None = None) -> dict[str
         raise ValueError(f"--out={args.out!r} is a file; expected a folder (it gets sae_bench.md, .json, .html)")
     if args.threads:
         torch.set_num_threads(args.threads)
-    results = benchmark_architectures(cfg, out, progress=not args.no_progress)
+    try:
+        results = benchmark_architectures(cfg, out, progress=not args.no_progress)
+    except (TypeError, ValueError, KeyError, OSError) as e:  # the real hook's checks name its fields: say the option
+        text = str(e.args[0]) if isinstance(e, KeyError) and e.args else str(e)
+        for field in ("context_size", "hook", "data"):
+            text = re.sub(rf"^{field}\b", "--" + field.replace("_", "-"), text)
+        raise type(e)(text) from None
     print(Path(results["files"]["table"]).read_text(encoding="utf-8"))
     print("written: " + ", ".join(results["files"].values()))
     return results

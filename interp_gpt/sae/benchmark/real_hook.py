@@ -33,7 +33,7 @@ from ..saes.evaluation import evaluate_sae
 from ..training.data import activation_batches, split_corpus, token_windows
 from .recipes import activation_scale, build, deployed, init_seed, train_together
 
-__all__ = ["RealHookBench", "real_hook_benchmark", "core_metrics", "ablation_kl"]
+__all__ = ["RealHookBench", "PreparedHook", "prepare_real_hook", "real_hook_benchmark", "core_metrics", "ablation_kl"]
 
 EVAL_BATCH = 16  # windows per forward in the evaluations
 
@@ -76,9 +76,11 @@ class RealHookBench:
 
     @property
     def steps(self) -> int:
+        """Training steps: n_tokens // batch_size (at least 1)."""
         return max(1, self.n_tokens // self.batch_size)
 
     def to_dict(self) -> dict[str, Any]:
+        """The fields as JSON, with the steps they make."""
         return {**asdict(self), "data": list(self.data), "steps": self.steps}
 
 
@@ -149,34 +151,52 @@ def _d_in(model: Any, hook: str) -> int:
     return shape[0]
 
 
-def real_hook_benchmark(
-    cfg: RealHookBench,
-    recipes: Mapping[str, Mapping[str, Any]],
-    seed: int = 0,
-    bar: Any = None,
-    model: Any = None,
-) -> dict[str, Any]:
-    """Train every architecture of `recipes` on the same activation batches of `cfg.hook` and score each on
-    the held-out windows. `model`: an already-loaded model (default: `cfg.model`, loaded). Returns {"hook":
-    {d_in, scale, steps, train_tokens, eval_tokens, kl_div_with_ablation}, "runs": {architecture: evaluate_sae's
-    metrics and `core_metrics`' (or {"error": why})}, "sae_cfgs": {architecture: cfg.json's dict}}."""
-    if bar is None:
-        from tqdm.auto import tqdm  # type: ignore[import-untyped]
+@dataclass
+class PreparedHook:
+    """What the real-hook part needs, checked before any training: the model, the hook's width, the
+    training texts and the held-out windows."""
 
-        bar = tqdm(disable=True)
+    model: Any
+    d_in: int
+    train_texts: list[str]
+    val_tokens: Tensor
+
+
+def prepare_real_hook(cfg: RealHookBench, model: Any = None) -> PreparedHook:
+    """Read the corpus, load `cfg.model` (unless `model` is given), check the hook and the context size, and
+    cut the held-out windows: every fault of the real-hook part, found before the benchmark trains anything."""
     files = check_text_files(list(cfg.data), "data")
     if model is None:
         from ...loading import from_pretrained
 
-        bar.set_description(f"loading {cfg.model}")
         model = from_pretrained(cfg.model)
     model.eval()
     d_in = _d_in(model, cfg.hook)
     check_int_in_range(cfg.context_size, "context_size", 2, model.cfg.n_ctx, f"contexts of {cfg.model}")
     train_texts, val_texts = split_corpus(files, cfg.val_frac)
     val_tokens = token_windows(model, val_texts, cfg.context_size, cfg.val_windows)
+    return PreparedHook(model, d_in, train_texts, val_tokens)
+
+
+def real_hook_benchmark(
+    cfg: RealHookBench,
+    recipes: Mapping[str, Mapping[str, Any]],
+    seed: int = 0,
+    bar: Any = None,
+    prepared: PreparedHook | None = None,
+) -> dict[str, Any]:
+    """Train every architecture of `recipes` on the same activation batches of `cfg.hook` and score each on
+    the held-out windows. `prepared`: `prepare_real_hook(cfg)`'s result (made here when None). Returns {"hook":
+    {d_in, scale, steps, train_tokens, eval_tokens, kl_div_with_ablation}, "runs": {architecture: evaluate_sae's
+    metrics and `core_metrics`' (or {"error": why})}, "saes": {architecture: the trained SAE, as deployed}}."""
+    if bar is None:
+        from tqdm.auto import tqdm  # type: ignore[import-untyped]
+
+        bar = tqdm(disable=True)
+    p = prepare_real_hook(cfg) if prepared is None else prepared
+    model, d_in, val_tokens = p.model, p.d_in, p.val_tokens
     bar.set_description(f"{cfg.hook}: activations")
-    batches = activation_batches(model, cfg.hook, train_texts, cfg.batch_size, cfg.context_size, seed,
+    batches = activation_batches(model, cfg.hook, p.train_texts, cfg.batch_size, cfg.context_size, seed,
                                  model.W_E.device, keep_in_memory=True)  # fmt: skip
     first = next(batches)
     scale = activation_scale(first)
@@ -189,23 +209,14 @@ def real_hook_benchmark(
         _, cache = model.run_with_cache(val_tokens.to(model.W_E.device), names_filter=[cfg.hook])
         acts = cache[cfg.hook].reshape(-1, d_in)
     runs: dict[str, dict[str, Any]] = {}
-    sae_cfgs: dict[str, dict[str, Any]] = {}
+    saes: dict[str, SAE] = {}
     for arch, (sae, _) in built.items():
         if arch in errors:
             runs[arch] = {"error": errors[arch]}
             continue
-        sae = deployed(sae)
-        sae_cfgs[arch] = sae.cfg.to_dict()
+        saes[arch] = sae = deployed(sae)
         runs[arch] = {**evaluate_sae(model, sae, val_tokens, batch_size=EVAL_BATCH), **core_metrics(sae, acts)}
-    return {
-        "hook": {
-            "d_in": d_in,
-            "scale": scale,
-            "steps": cfg.steps,
-            "train_tokens": cfg.steps * cfg.batch_size,
-            "eval_tokens": int(val_tokens.numel()),
-            "kl_div_with_ablation": ablation_kl(model, cfg.hook, val_tokens),
-        },  # fmt: skip
-        "runs": runs,
-        "sae_cfgs": sae_cfgs,
-    }
+    kl_ablation = ablation_kl(model, cfg.hook, val_tokens)
+    hook = {"d_in": d_in, "scale": scale, "steps": cfg.steps, "train_tokens": cfg.steps * cfg.batch_size,
+            "eval_tokens": int(val_tokens.numel()), "kl_div_with_ablation": kl_ablation}  # fmt: skip
+    return {"hook": hook, "runs": runs, "saes": saes}

@@ -61,7 +61,7 @@ LEVELS = "levels"  # Matryoshka's nested widths: d_sae // 8, // 4, // 2, d_sae (
 
 # architecture -> its settings (SAEConfig or SAETrainingConfig fields), coefficients in sae-lens' normalised units.
 ARCHITECTURE_DEFAULTS: dict[str, dict[str, Any]] = {
-    "standard": {"l1_coefficient": 6.0},
+    "standard": {"l1_coefficient": 5.0},
     "topk": {"k": TARGET_L0},
     "abstopk": {"k": TARGET_L0},
     "batchtopk": {"k": TARGET_L0},
@@ -69,7 +69,7 @@ ARCHITECTURE_DEFAULTS: dict[str, dict[str, Any]] = {
     "gated": {"l1_coefficient": 6.0},
     # sae-lens' tanh sparsity loss (Anthropic's): its default "step" loss moves each threshold by at most lr a
     # step (Adam), too slowly to reach a sparse code within a benchmark's budget.
-    "jumprelu": {"jumprelu_sparsity_loss_mode": "tanh", "l0_coefficient": 1.0},
+    "jumprelu": {"jumprelu_sparsity_loss_mode": "tanh", "l0_coefficient": 1.5},
     "matching_pursuit": {"max_iterations": TARGET_L0},
 }
 
@@ -152,10 +152,11 @@ def build(
     scale: float,
     hook_name: str,
     training: Mapping[str, Any],
+    where: str = "",
 ) -> tuple[SAE, SAETrainingConfig]:
     """(the SAE, its training config) for one architecture: `settings` (from `recipe`) resolved at `target_l0`
     and `d_sae`, its coefficients converted by `scale` (see the module's docstring); `training` holds the
-    run's shared fields (lr, seed, ...)."""
+    run's shared fields (lr, seed, ...); `where` names the run in an error ("planted hierarchy")."""
     sae_fields: dict[str, Any] = {}
     train_fields: dict[str, Any] = dict(training)
     for name, value in settings.items():
@@ -171,7 +172,8 @@ def build(
         sae = SAE(SAEConfig(d_in=d_in, d_sae=d_sae, architecture=architecture, metadata=metadata, **sae_fields))
         cfg = SAETrainingConfig(**train_fields)
     except (TypeError, ValueError) as e:
-        raise type(e)(f"{architecture}: {e}") from None
+        run = f" ({where}, d_sae={d_sae})" if where else ""
+        raise type(e)(f"{architecture}{run}: {e}") from None
     return sae, cfg
 
 

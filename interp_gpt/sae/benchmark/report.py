@@ -203,7 +203,7 @@ def saebench_json(results: dict[str, Any], summary: dict[str, dict[str, Any]]) -
             "sae_lens_id": None,
             "sae_lens_release_id": None,
             "sae_lens_version": None,
-            "sae_cfg_dict": real["sae_cfgs"].get(arch) if real else None,
+            "sae_cfg_dict": real["saes"][arch].cfg.to_dict() if real and arch in real["saes"] else None,
         }
     return {
         "eval_type_id": "interp_gpt_sae_bench",
@@ -211,7 +211,7 @@ def saebench_json(results: dict[str, Any], summary: dict[str, dict[str, Any]]) -
         "datetime_epoch_millis": stamp,
         "interp_gpt_version": __version__,
         "eval_config": results["config"],
-        "synthetic": {k: v for k, v in syn.items() if k != "runs"} if syn else None,
+        "synthetic": {k: v for k, v in syn.items() if k not in ("runs", "saes")} if syn else None,
         "real_hook": real["hook"] if real else None,
         "architectures": per_arch,
     }

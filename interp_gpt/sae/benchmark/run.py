@@ -2,7 +2,8 @@
 the same budget, on synthetic ground truth and on a real hook, scored, and written up.
 
 Phases (each its own module):
-  1. recipes     one table of per-architecture settings (`recipes.ARCHITECTURE_DEFAULTS`), checked;
+  1. recipes     one table of per-architecture settings (`recipes.ARCHITECTURE_DEFAULTS`), checked, with the
+                 real hook's model, hook and corpus;
   2. synthetic   per seed, every architecture on the same samples of the main synthetic model and of a
                  planted hierarchy, scored by `evaluate_synthetic` and `absorption_score`;
   3. real hook   every architecture on the same activation batches of a model's hook, scored by
@@ -18,8 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from ...checks import check_seed
-from .real_hook import RealHookBench, real_hook_benchmark
-from .recipes import check_architectures, recipe
+from .real_hook import RealHookBench, prepare_real_hook, real_hook_benchmark
+from .recipes import build, check_architectures, recipe
 from .report import write_outputs
 from .synthetic import SyntheticBench, synthetic_benchmark
 
@@ -70,6 +71,7 @@ class SAEBenchConfig:
                 raise TypeError(f"{where}: overrides[{arch!r}] must be a dict field -> value, got {fields!r}")
 
     def to_dict(self) -> dict[str, Any]:
+        """The config as JSON (the eval_config of sae_bench.json)."""
         return {
             "architectures": list(self.architectures or ()),
             "seeds": list(self.seeds),
@@ -90,9 +92,12 @@ def benchmark_architectures(
     hook's model already loaded (default: `cfg.real.model`, loaded). Returns {"config", "architectures",
     "recipes", "synthetic", "real", "files"}.
 
-    Example:
-        >>> results = benchmark_architectures(SAEBenchConfig(seeds=(0, 1)), out="bench-out")
-        >>> print(open("bench-out/sae_bench.md").read())
+    Example (a toy budget, synthetic only; the defaults, with the real hook, take 1-3 minutes on 2 cores):
+        >>> synthetic = SyntheticBench(num_features=64, hidden_dim=32, steps=50, batch_size=256, eval_samples=2000)
+        >>> cfg = SAEBenchConfig(("topk", "standard"), seeds=(0, 1), synthetic=synthetic, real=None)
+        >>> results = benchmark_architectures(cfg, out="bench-out", progress=False)
+        >>> print(open("bench-out/sae_bench.md").read())        # the table, one row per architecture
+        >>> results["synthetic"]["runs"]["topk"][1]["mcc"]       # seed 1's score
     """
     from tqdm.auto import tqdm  # type: ignore[import-untyped]
 
@@ -102,16 +107,24 @@ def benchmark_architectures(
     folder = None if out is None else Path(out)
     if folder is not None and folder.exists() and not folder.is_dir():
         raise ValueError(f"out={str(out)!r} is a file; expected a folder (it gets sae_bench.md, .json, .html)")
-    # Phase 1: the settings of every architecture, checked before any training
+    # Phase 1: the settings of every architecture and the real hook's model and data, checked before any training
     architectures = tuple(cfg.architectures or ())
     recipes = {a: recipe(a, cfg.overrides.get(a)) for a in architectures}
+    prepared = prepare_real_hook(cfg.real, model) if cfg.real else None
+    for a, r in recipes.items():  # each SAE built once at the run's shapes: a bad setting is refused now
+        if (syn := cfg.synthetic) is not None:
+            d_sae, n = syn.d_sae or syn.num_features, syn.planted_features
+            build(a, r, syn.hidden_dim, d_sae, syn.target_l0 or 1, 1.0, "synthetic", {}, "synthetic")
+            build(a, r, n, n, 1, 1.0, "synthetic", {}, "planted hierarchy")
+        if cfg.real is not None and prepared is not None:
+            build(a, r, prepared.d_in, cfg.real.d_sae, cfg.real.target_l0, 1.0, cfg.real.hook, {}, "real hook")
     steps = (2 * len(cfg.seeds) * cfg.synthetic.steps if cfg.synthetic else 0) + (cfg.real.steps if cfg.real else 0)
     results: dict[str, Any] = {"config": cfg.to_dict(), "architectures": list(architectures), "recipes": recipes}
     with tqdm(total=steps, desc="sae-bench", unit="step", disable=not progress) as bar:
         # Phase 2: synthetic ground truth
         results["synthetic"] = synthetic_benchmark(cfg.synthetic, recipes, cfg.seeds, bar) if cfg.synthetic else None
         # Phase 3: a real hook
-        results["real"] = real_hook_benchmark(cfg.real, recipes, cfg.seeds[0], bar, model) if cfg.real else None
+        results["real"] = real_hook_benchmark(cfg.real, recipes, cfg.seeds[0], bar, prepared) if cfg.real else None
         bar.set_description("sae-bench: done")
     # Phase 4: the report
     results["files"] = {k: str(p) for k, p in write_outputs(folder, results).items()} if folder else {}

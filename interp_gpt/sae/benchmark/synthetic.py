@@ -10,8 +10,8 @@ and parents that nearly always fire with one of their (mutually exclusive) child
 unambiguous, and the one way to fall silent there is to be absorbed. That is the number reported as
 "absorption"; the main model's own hierarchy gives `absorption_main_model` beside it (JSON only).
 
-Each seed trains every SAE from its own initialisation (SAETrainingConfig.seed) on its own stream of samples;
-the models and the evaluation samples are the same for every seed and architecture.
+Each seed trains every SAE from its own initialisation (`init_seed(seed)`: never the dictionary's seed) on its
+own stream of samples; the models and the evaluation samples are the same for every seed and architecture.
 
 Example:
     >>> results = synthetic_benchmark(SyntheticBench(steps=200), ["topk", "standard"], {}, seeds=[0, 1])
@@ -56,7 +56,7 @@ class SyntheticBench:
     num_features: int = 256  # true features of the main model
     hidden_dim: int = 64  # its activations' width (an SAE's d_in): 4x superposition by default
     d_sae: int | None = None  # None: num_features
-    hierarchy_roots: int = 32  # roots of the main model's hierarchy, each with `branching_factor` children
+    hierarchy_roots: int | None = None  # trees of the main model's hierarchy (None: num_features // 8)
     branching_factor: int = 3
     correlation_rank: int = 16  # low-rank correlated firing (0: independent)
     correlation_scale: float = 0.1
@@ -74,33 +74,50 @@ class SyntheticBench:
 
     def __post_init__(self) -> None:
         where = "SyntheticBench"
-        for name, low in (("num_features", 1), ("hidden_dim", 1), ("hierarchy_roots", 1), ("branching_factor", 2),
+        for name, low in (("num_features", 1), ("hidden_dim", 1), ("branching_factor", 2),
                           ("correlation_rank", 0), ("model_seed", 0), ("steps", 1), ("batch_size", 1),
                           ("eval_samples", 1), ("planted_parents", 1), ("planted_children", 2),
                           ("planted_free", 0)):  # fmt: skip
             setattr(self, name, check_int_in_range(getattr(self, name), name, low, None, caller=where))
-        for name in ("d_sae", "target_l0"):
+        for name in ("d_sae", "target_l0", "hierarchy_roots"):
             if getattr(self, name) is not None:
                 setattr(self, name, check_int_in_range(getattr(self, name), name, 1, None, caller=where))
-        if self.hierarchy_roots * (1 + self.branching_factor) > self.num_features:
+        d_sae = self.d_sae or self.num_features
+        if self.target_l0 is not None and self.target_l0 > d_sae:
+            raise ValueError(f"{where}: target_l0={self.target_l0} is out of range: expected 1..d_sae={d_sae}")
+        if self.roots * (1 + self.branching_factor) > self.num_features:
             raise ValueError(
-                f"{where}: hierarchy_roots={self.hierarchy_roots} x (1 + branching_factor={self.branching_factor}) "
+                f"{where}: hierarchy_roots={self.roots} x (1 + branching_factor={self.branching_factor}) "
                 f"features exceed num_features={self.num_features}"
+            )
+        if self.correlation_rank > self.num_features:
+            raise ValueError(
+                f"{where}: correlation_rank={self.correlation_rank} is out of range: expected 0..num_features="
+                f"{self.num_features}"
             )
         self.lr = check_float(self.lr, "lr", 0.0, caller=where)
         self.correlation_scale = check_float(self.correlation_scale, "correlation_scale", 0.0, 1.0, caller=where)
         for name in ("planted_parent_probability", "planted_child_probability"):
             setattr(self, name, check_float(getattr(self, name), name, 0.0, 1.0, caller=where))
 
+    @property
+    def planted_features(self) -> int:
+        """The planted hierarchy's features (and its SAEs' d_in and d_sae): parents, their children, free ones."""
+        return self.planted_parents * (1 + self.planted_children) + self.planted_free
+
+    @property
+    def roots(self) -> int:
+        """The hierarchy's trees (hierarchy_roots, or num_features // 8, at least 1)."""
+        return self.hierarchy_roots or max(1, self.num_features // 8)
+
     def to_dict(self) -> dict[str, Any]:
+        """The fields as JSON."""
         return asdict(self)
 
     def main_model(self) -> SyntheticModel:
         """The main model: `num_features` random unit vectors in `hidden_dim` dimensions, Zipfian firing, a
-        hierarchy of `hierarchy_roots` trees one level deep (exclusive children), low-rank correlations."""
-        hierarchy = HierarchyConfig(
-            self.hierarchy_roots, self.branching_factor, max_depth=1, mutually_exclusive_portion=1.0
-        )
+        hierarchy of `roots` trees one level deep (exclusive children), low-rank correlations."""
+        hierarchy = HierarchyConfig(self.roots, self.branching_factor, max_depth=1, mutually_exclusive_portion=1.0)
         correlation = (
             LowRankCorrelationConfig(self.correlation_rank, self.correlation_scale) if self.correlation_rank else None
         )
@@ -165,7 +182,8 @@ def synthetic_benchmark(
     planted hierarchy, once per seed, and score them. Returns {"main": {true_l0, target_l0, scale},
     "planted": {...}, "runs": {architecture: [per seed: {seed, mcc, uniqueness, precision, recall, f1_score,
     accuracy, shrinkage, sae_l0, true_l0, dead_latents, explained_variance, absorption, absorption_main_model,
-    planted_sae_l0} or {seed, error}]}}. `bar`: a tqdm counting training steps (None: none)."""
+    planted_sae_l0} or {seed, error}]}, "saes": {architecture: the last seed's SAE on the main model, as
+    deployed}}. `bar`: a tqdm counting training steps (None: none)."""
     if bar is None:
         from tqdm.auto import tqdm  # type: ignore[import-untyped]
 
@@ -175,6 +193,7 @@ def synthetic_benchmark(
     planted_l0, planted_target, planted_scale = _ground(planted, None)  # its own true L0 always
     d_sae = cfg.d_sae or cfg.num_features
     runs: dict[str, list[dict[str, Any]]] = {a: [] for a in recipes}
+    last: dict[str, Any] = {}
     n = cfg.eval_samples
     for seed in seeds:
         bar.set_description(f"synthetic, seed {seed}")
@@ -183,6 +202,7 @@ def synthetic_benchmark(
         planted_saes, planted_errors = _train(planted, planted.num_features, planted_target, planted_scale, recipes,
                                               cfg, seed, 2000 + seed, bar)  # fmt: skip
         bar.set_description(f"scoring, seed {seed}")
+        last = saes
         for arch in recipes:
             if arch in errors or arch in planted_errors:
                 runs[arch].append({"seed": seed, "error": errors.get(arch) or planted_errors[arch]})
@@ -207,4 +227,5 @@ def synthetic_benchmark(
             "num_features": planted.num_features,
         },  # fmt: skip
         "runs": runs,
+        "saes": last,
     }
