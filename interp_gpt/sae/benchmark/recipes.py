@@ -9,7 +9,10 @@ d_sae. The coefficients are stated for activations normalised as sae-lens' `expe
 (E||x|| = sqrt(d_in)); the trainer sees the raw activations, so each is converted by the measured scale
 `u = E||x|| / sqrt(d_in)` to the power in `SCALE_POWERS` (an L1 term grows with the activations: x u; an L0
 term does not, beside an MSE that grows as u^2: x u^2; a threshold or bandwidth is an activation: x u).
-They were chosen so that every architecture lands near the target L0 on the default runs.
+A field a row does not set keeps the trainer's default, as it is (not converted). The coefficients were chosen
+on the two default runs (synthetic: true L0 2.9; tiny-gpt2's blocks.1.hook_resid_pre: target 8) to land near the
+target L0 on both; an L1 or tanh penalty's L0 depends on the data more than the scale accounts for, so those
+land within about 2x of it (the table reports every SAE's L0 beside its scores; change a value with --set).
 
 An architecture the table does not name (one merged later) trains with its own defaults, with `TARGET_L0`
 for a `k` or `max_iterations` it owns and `LEVELS` for `matryoshka_widths`.

@@ -39,7 +39,7 @@ from ..synthetic import (
 )
 from .recipes import activation_scale, build, deployed, init_seed, train_together
 
-__all__ = ["SyntheticBench", "synthetic_benchmark", "synthetic_batches", "EVAL_SEED"]
+__all__ = ["SyntheticBench", "synthetic_benchmark", "synthetic_batches", "ground_truth", "EVAL_SEED"]
 
 EVAL_SEED = 1_000_003  # the evaluation samples' seed (the training streams are seeded 1000 + seed, 2000 + seed)
 HOOK = "synthetic"  # the hook name the SAEs carry (nothing is spliced)
@@ -141,8 +141,9 @@ def synthetic_batches(model: SyntheticModel, batch_size: int, seed: int) -> Iter
         yield model.sample(batch_size, generator=g)
 
 
-def _ground(model: SyntheticModel, target_l0: int | None) -> tuple[float, int, float]:
-    """(true L0, the target L0, the activation scale) on the evaluation samples' first 8192."""
+def ground_truth(model: SyntheticModel, target_l0: int | None = None) -> tuple[float, int, float]:
+    """(true L0, the target L0 (`target_l0`, or the true L0 rounded), the activation scale) of `model`, on the
+    evaluation samples' first 8192."""
     x, feats = model.sample_with_features(8192, seed=EVAL_SEED)
     true_l0 = float((feats != 0).float().sum(-1).mean())
     return true_l0, target_l0 or max(1, round(true_l0)), activation_scale(x)
@@ -189,8 +190,8 @@ def synthetic_benchmark(
 
         bar = tqdm(disable=True)
     main, planted = cfg.main_model(), cfg.planted_model()
-    main_l0, main_target, main_scale = _ground(main, cfg.target_l0)
-    planted_l0, planted_target, planted_scale = _ground(planted, None)  # its own true L0 always
+    main_l0, main_target, main_scale = ground_truth(main, cfg.target_l0)
+    planted_l0, planted_target, planted_scale = ground_truth(planted, None)  # its own true L0 always
     d_sae = cfg.d_sae or cfg.num_features
     runs: dict[str, list[dict[str, Any]]] = {a: [] for a in recipes}
     last: dict[str, Any] = {}
