@@ -10,6 +10,7 @@
     interp-gpt features  MODEL SAE --feature N --data PATH [--html PAGE.html]
     interp-gpt train-sae --data PATH --out DIR [--model MODEL] [--hook NAME] [--k K] [--n-tokens N] [...]
     interp-gpt train-transcoder --data PATH --out DIR [--kind plt|skip|clt] [--layers 0,1] [--k K] [...]
+    interp-gpt sae-bench --out DIR [--architecture NAME ...] [--seeds N] [--no-real] [--set ARCH.FIELD=V] [...]
     interp-gpt attribute MODEL PROMPT --transcoders PATH --out PAGE.html [--json GRAPH.json] [...]
     interp-gpt train-lens [MODEL] --data PATH --out DIR [--steps N] [--batch-size N] [...]
 
@@ -456,6 +457,7 @@ def _add_delegated(sub: Any) -> None:
     and bring their own help, description and examples)."""
     from ..attribution import command as attribute
     from ..lenses import command as train_lens
+    from ..sae.benchmark import command as sae_bench
     from ..sae.saes import features
     from ..sae.training import sae_command, transcoder_command
     from ..store import command as harvest
@@ -507,6 +509,14 @@ def _add_delegated(sub: Any) -> None:
             ],
             transcoder_command.add_arguments,
             transcoder_command.run_command,
+        ),
+        (
+            "sae-bench",
+            sae_bench.HELP,
+            sae_bench.DESCRIPTION,
+            sae_bench.EXAMPLES,
+            sae_bench.add_arguments,
+            sae_bench.run_command,
         ),
         (
             "attribute",
