@@ -15,7 +15,7 @@ TopK SAEs add `k` and `rescale_acts_by_decoder_norm`. Files written before sae-l
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from typing import Any
 
 from ..common import (
@@ -88,11 +88,12 @@ class SAEConfig(ConfigDtype):
     apply_b_dec_to_input: bool = True  # encode x - b_dec rather than x
     normalize_activations: str = "none"  # see NORMALIZATIONS
     reshape_activations: str = "none"  # "hook_z": read [..., n_heads, d_head] as [..., n_heads * d_head]
-    metadata: SAEMetadata = field(default_factory=SAEMetadata)
     # The fields of one architecture each (its module says which, with their defaults: see FIELD_OWNERS);
     # another architecture's field must keep the default here (None / False) or it is refused by name.
     k: int | float | None = None  # topk family: features kept per token (batchtopk: on average, may be a float)
     rescale_acts_by_decoder_norm: bool = False  # topk: rank and decode acts * |W_dec row| (sae-lens' training form)
+    metadata: SAEMetadata = field(default_factory=SAEMetadata)
+    _: KW_ONLY  # the later architectures' fields, by name only
     matryoshka_widths: list[int] | None = None  # matryoshka_batchtopk: the nested prefix widths
     residual_threshold: float | None = None  # matching_pursuit: stop when the residual's norm is below this
     max_iterations: int | None = None  # matching_pursuit: at most this many features per token
