@@ -16,11 +16,12 @@ import torch
 
 from interp_gpt.cli import main as cli_main
 from interp_gpt.loading import from_pretrained
-from interp_gpt.sae import SAEBenchConfig, benchmark_architectures
 from interp_gpt.sae.benchmark import (
     ARCHITECTURE_DEFAULTS,
     RealHookBench,
+    SAEBenchConfig,
     SyntheticBench,
+    benchmark_architectures,
     recipe,
     synthetic_benchmark,
     trainable_architectures,

@@ -16,16 +16,14 @@ A transcoder records the weights it was made for (`cfg.metadata.model_processing
 says, as circuit-tracer's are): spliced into, or loaded for, a model processed otherwise (fold_ln,
 center_writing_weights) it is converted exactly (`Transcoder.converted_to`) or refused by name.
 
-`benchmark_architectures` (interp_gpt.sae.benchmark; the `interp-gpt sae-bench` command) trains every SAE
-architecture on the same data, on synthetic ground truth and on a real hook, and writes up the scores; it is
-imported on first use (it brings the trainers and plotly).
+`interp_gpt.sae.benchmark.benchmark_architectures` (the `interp-gpt sae-bench` command) trains every SAE
+architecture on the same data, on synthetic ground truth (`interp_gpt.sae.synthetic`) and on a real hook,
+and writes up the scores.
 
 GPT's splicing methods (add_sae, saes, ...) come from interp_gpt.model.splicing; the model imports
 nothing from this package. An `SAE` follows that module's protocol (`splice_hooks`,
 `splice_forward`), and so must anything else spliced in (a transcoder).
 """
-
-from typing import Any
 
 from .saes.config import SAEConfig, SAEMetadata
 from .saes.core import SAE
@@ -50,17 +48,4 @@ __all__ = [
     "CLTConfig",
     "load_clt",
     "save_clt",
-    "benchmark_architectures",
-    "SAEBenchConfig",
 ]
-
-_BENCHMARK = ("benchmark_architectures", "SAEBenchConfig")
-
-
-def __getattr__(name: str) -> Any:
-    """The benchmark's names, imported on first use."""
-    if name in _BENCHMARK:
-        from . import benchmark
-
-        return getattr(benchmark, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
