@@ -86,7 +86,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--lr", type=float, default=r.lr, help="Adam's learning rate")
     g.add_argument("--context-size", type=int, default=r.context_size, help="tokens per window (BOS first)")
     g.add_argument("--val-windows", type=int, default=r.val_windows, help="held-out windows for the metrics")
-    p.add_argument("--threads", type=int, default=0, help="torch threads, 0 for torch's own choice")
+    p.add_argument("--threads", type=int, default=1,
+                   help="torch threads, 0 for torch's own choice (the default shapes are small: on a busy machine a "
+                   "second thread's waits can cost more than it gives)")  # fmt: skip
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
