@@ -324,7 +324,7 @@ def test_random_gpt2_small_builds_a_gpt2_small_checkpoint(tmp_path):
 # ----------------------------------------------------------------------------
 ALL_SUBCOMMANDS = [
     "generate", "attention", "lens", "heads", "compare", "harvest", "features", "train-sae", "train-transcoder",
-    "attribute", "train-lens",
+    "sae-bench", "attribute", "train-lens",
 ]  # fmt: skip
 
 

@@ -1,7 +1,7 @@
 """The `sae-bench` command (`interp-gpt sae-bench`, `python -m interp_gpt.sae.benchmark`): every trainable SAE
 architecture on synthetic ground truth and on a real hook, written up in OUT.
 
-    interp-gpt sae-bench --out bench-out                       # every architecture, 3 seeds (13.6 min on 2 shared cores)
+    interp-gpt sae-bench --out bench-out                       # every architecture, 3 seeds (about 2 min on 2 cores)
     interp-gpt sae-bench --out bench-out --architecture topk jumprelu --seeds 5 --no-real
     interp-gpt sae-bench --out bench-out --set standard.l1_coefficient=4 --n-tokens 2000000 --d-sae 1024 --k 32
 """

@@ -91,7 +91,7 @@ def benchmark_architectures(
     write OUT/sae_bench.md, OUT/sae_bench.json and OUT/sae_bench.html (see `report`). `model`: the real
     hook's model already loaded (default: `cfg.real.model`, loaded). Returns {"config", "architectures",
     "recipes", "synthetic", "real", "files"}. The example is a toy budget, synthetic only; the defaults, with
-    the real hook, took 13.6 minutes on 2 shared CPU cores.
+    the real hook, took 1 min 56 s with one thread on 2 shared CPU cores.
 
     Example:
         >>> synthetic = SyntheticBench(num_features=64, hidden_dim=32, steps=50, batch_size=256, eval_samples=2000)
