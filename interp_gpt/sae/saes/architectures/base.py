@@ -24,7 +24,7 @@ from torch import Tensor
 if TYPE_CHECKING:
     from ..config import SAEConfig
 
-__all__ = ["Architecture", "mse_of", "decoder_norms", "folded_bias", "folded_hidden_pre"]
+__all__ = ["Architecture", "mse_of", "decoder_norms", "folded_bias"]
 
 
 def mse_of(x_hat: Tensor, x: Tensor) -> Tensor:
@@ -45,12 +45,6 @@ def folded_bias(sae: Any, bias: Tensor | None = None) -> Tensor:
     return bias - sae.b_dec @ sae.W_enc if sae.cfg.apply_b_dec_to_input else bias  # type: ignore[no-any-return]
 
 
-def folded_hidden_pre(sae: Any, x: Tensor) -> Tensor:
-    """`(x - b_dec) @ W_enc + b_enc` for training, as `x @ W_enc + folded_bias(sae)` (one matmul of
-    n * d_sae * d_in saved per step)."""
-    return torch.addmm(folded_bias(sae), x, sae.W_enc)
-
-
 class Architecture:
     """One SAE architecture (sae-lens' name in `name`). Subclasses override what differs from the
     standard ReLU SAE: encode `(x - b_dec) @ W_enc + b_enc` then `activation`, decode `f @ W_dec + b_dec`."""
@@ -62,8 +56,6 @@ class Architecture:
     trainable: ClassVar[bool] = True
     # The architecture sae-lens saves it as for inference (BatchTopK saves as "jumprelu").
     saved_as: ClassVar[str | None] = None
-    # The loss parts this architecture logs beside "mse" (e.g. "l1", "aux").
-    loss_names: ClassVar[tuple[str, ...]] = ()
     # The trainer's default for `normalize_decoder` (keep the decoder rows at unit norm).
     unit_norm_decoder: ClassVar[bool] = False
 

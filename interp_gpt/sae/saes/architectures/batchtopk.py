@@ -104,7 +104,6 @@ class BatchTopK(TopK):
     # sae-lens' k default; rescale off and a unit-norm decoder by default as our TopK (sae-lens trains
     # BatchTopK with rescale_acts_by_decoder_norm=True: set it, and the decoder is left free)
     fields: ClassVar[dict[str, Any]] = {"k": 100, "rescale_acts_by_decoder_norm": False}
-    loss_names: ClassVar[tuple[str, ...]] = ("aux",)
     saved_as: ClassVar[str | None] = "jumprelu"
 
     def check_config(self, cfg: Any) -> None:

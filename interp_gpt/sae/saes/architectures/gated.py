@@ -40,7 +40,6 @@ class Gated(Architecture):
     """A gate and a magnitude from one encoder (sae-lens' "gated")."""
 
     name: ClassVar[str] = "gated"
-    loss_names: ClassVar[tuple[str, ...]] = ("l1", "aux")
 
     def shapes(self, cfg: Any) -> dict[str, tuple[int, ...]]:
         return {

@@ -53,7 +53,6 @@ class JumpReLU(Architecture):
     """ReLU gated by a per-feature threshold (sae-lens' "jumprelu"); inference and training."""
 
     name: ClassVar[str] = "jumprelu"
-    loss_names: ClassVar[tuple[str, ...]] = ("l0_loss", "pre_act_loss")
 
     def shapes(self, cfg: Any) -> dict[str, tuple[int, ...]]:
         return {**super().shapes(cfg), "threshold": (cfg.d_sae,)}

@@ -28,7 +28,6 @@ class Standard(Architecture):
     """ReLU features, decoder-norm-weighted L1 (sae-lens' "standard")."""
 
     name: ClassVar[str] = "standard"
-    loss_names: ClassVar[tuple[str, ...]] = ("l1",)
 
     def losses(self, trainer: Any, x: Tensor) -> tuple[Tensor, dict[str, Tensor]]:
         """sae-lens' terms, with b_dec folded into the encoder bias and, once few features fire (a

@@ -29,7 +29,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ...common import check_positive_ints
-from .base import Architecture, decoder_norms, mse_of
+from .base import Architecture, decoder_norms, folded_bias, mse_of
 from .sparse import encoder_entries
 
 __all__ = ["TopK", "PreActs", "aux_k_loss", "dead_reconstruction_loss", "folded_norms_state"]
@@ -40,7 +40,6 @@ class TopK(Architecture):
 
     name: ClassVar[str] = "topk"
     fields: ClassVar[dict[str, Any]] = {"k": 100, "rescale_acts_by_decoder_norm": False}  # sae-lens' defaults
-    loss_names: ClassVar[tuple[str, ...]] = ("aux",)
     unit_norm_decoder: ClassVar[bool] = True  # the trainer's default for normalize_decoder (rescale off)
     by_magnitude: ClassVar[bool] = False  # AbsTopK: rank by |h| and keep the sign (abstopk.py)
 
@@ -136,7 +135,7 @@ class PreActs:
     gradient and matmul."""
 
     def __init__(self, sae: Any, x: Tensor) -> None:
-        bias = sae.b_enc - sae.b_dec @ sae.W_enc if sae.cfg.apply_b_dec_to_input else sae.b_enc
+        bias = folded_bias(sae)
         weight, self.inv_norm = sae.W_enc, None
         if sae.cfg.rescale_acts_by_decoder_norm:
             norms = decoder_norms(sae)
