@@ -145,3 +145,13 @@ def hf_checkpoint_dir(hf_model, tmp_path_factory: pytest.TempPathFactory) -> Pat
 def hf_gpt2_factory():  # type: ignore[no-untyped-def]
     """`make_hf_gpt2` as a fixture, for tests that need another random HF GPT-2 shape."""
     return make_hf_gpt2
+
+
+@pytest.fixture
+def one_thread():  # type: ignore[no-untyped-def]
+    """Torch on one thread for the test (small matrices: faster, and much faster on a busy machine); a module
+    asks for it with `pytestmark = pytest.mark.usefixtures("one_thread")`."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)

@@ -33,13 +33,7 @@ HOOK = "blocks.1.hook_resid_pre"
 D_IN, D_SAE = 16, 48
 
 
-@pytest.fixture(autouse=True)
-def one_thread():  # type: ignore[no-untyped-def]
-    """Small matrices: one thread is faster, and much faster on a busy machine."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")  # (conftest: small matrices run faster on one thread)
 
 
 def jumprelu_sae(seed: int = 0, dtype: str = "float32", **kw: object) -> SAE:

@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import torch
 
 from interp_gpt.cli import main as cli_main
 from interp_gpt.loading import from_pretrained
@@ -39,12 +38,7 @@ TINY_REAL = ["--n-tokens", "1024", "--batch-size", "256", "--d-sae", "32", "--k"
              "--context-size", "32"]  # fmt: skip
 
 
-@pytest.fixture(autouse=True)
-def one_thread():  # type: ignore[no-untyped-def]
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")  # (conftest: small matrices run faster on one thread)
 
 
 @pytest.fixture(scope="module")

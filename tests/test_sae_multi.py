@@ -35,12 +35,7 @@ CORPUS = Path(__file__).resolve().parent.parent / "data" / "corpus" / "tinyshake
 WIDTHS = {"blocks.0.hook_resid_pre": 16, "blocks.0.hook_mlp_out": 24, "blocks.1.hook_resid_pre": 16}
 
 
-@pytest.fixture(autouse=True)
-def one_thread():  # type: ignore[no-untyped-def]
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")  # (conftest: small matrices run faster on one thread)
 
 
 @pytest.fixture(scope="module")

@@ -42,12 +42,7 @@ needs_sae_lens = pytest.mark.skipif(
 CORPUS = Path(__file__).resolve().parent.parent / "data" / "corpus" / "tinyshakespeare_input.txt"
 
 
-@pytest.fixture(autouse=True)
-def one_thread():  # type: ignore[no-untyped-def]
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")  # (conftest: small matrices run faster on one thread)
 
 
 def meta(layer: int, k: float) -> dict[str, Any]:
