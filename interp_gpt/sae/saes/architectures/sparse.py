@@ -2,8 +2,8 @@
 
 A JumpReLU or Gated SAE in training fires a few features per token, so a dense `[n, d_sae]` decode
 mostly multiplies zeros, forward and backward. `Support.of(mask)` lists the positions of a bool mask
-`[n, d_sae]` (row-major, with each row's start); `gather` reads a dense tensor there (with its
-gradient), `decode` sums `values[s] * W_dec[col[s]]` per row with `embedding_bag` (forward and
+`[n, d_sae]` (row-major, with each row's start); `encoder_entries` reads the pre-activations there
+(their gradient to the encoder through the support alone), `decode` sums `values[s] * W_dec[col[s]]` per row with `embedding_bag` (forward and
 backward cost |support| * d_in, not n * d_sae * d_in: the gradient of each value is the dot product
 of its row's output gradient with its decoder row), `row_sum` adds values up per row. Early in
 training nothing is sparse yet: `sparse_enough(mask)` says when the support beats the dense matmul.
@@ -88,14 +88,10 @@ class Support:
         counts = torch.bincount(rows, minlength=n)
         return cls(rows, cols, counts.cumsum(0) - counts, rows * width + cols, (n, width))
 
-    def gather(self, dense: Tensor) -> Tensor:
-        """`dense[rows, cols]` `[|support|]` (its backward adds into a zero `[n, d_sae]`)."""
-        return dense.reshape(-1).index_select(0, self.flat)
-
     def encoder_entries(self, pre: Tensor, x: Tensor, w_enc: Tensor, bias: Tensor) -> Tensor:
         """`pre[rows, cols]` `[|support|]` of `pre = x @ w_enc + bias` (computed without autograd), with the
         gradient to `w_enc` and `bias` through the support alone: one sparse product of |support| * d_in work,
-        not the dense `x.T @ grad` of n * d_in * d_sae that `gather` leaves to autograd."""
+        not the dense `x.T @ grad` of n * d_in * d_sae that indexing a dense pre-activation leaves to autograd."""
         return encoder_entries(pre, x, w_enc, bias, self.rows, self.cols)
 
     def decode(self, values: Tensor, w_dec: Tensor) -> Tensor:
