@@ -37,6 +37,7 @@ MODULES = [
     "interp_gpt.attribution",
     "interp_gpt.checkpoints",
     "interp_gpt.circuits",
+    "interp_gpt.circuits.mib",
     "interp_gpt.sae",
     "interp_gpt.sae.data",
     "interp_gpt.sae.features",

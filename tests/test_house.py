@@ -239,7 +239,12 @@ def _private_imports(source: str, module: str, package: str, modules: set[str]) 
     """(target, name) for each import of `module` (lazy and type-checking ones too) that reaches into
     another module's privates: an underscore name of another module (`from .patch import _base_of`), or a
     private module of another package (`from ..circuits._run import BaseRun`: name "*"). A package's own
-    private modules are its own (`from ._inputs import prepare` inside circuits)."""
+    private modules are its own and its subpackages' (`from ._inputs import prepare` inside circuits,
+    `from .._inputs import prepare` inside circuits.mib)."""
+
+    def own(owner: str) -> bool:
+        return package == owner or package.startswith(owner + ".")
+
     found: set[tuple[str, str]] = set()
     for node in ast.walk(ast.parse(source)):
         if not isinstance(node, ast.ImportFrom):
@@ -251,13 +256,13 @@ def _private_imports(source: str, module: str, package: str, modules: set[str]) 
         if not target.startswith("interp_gpt"):
             continue
         parts = target.split(".")
-        if any(_private(p) for p in parts) and target.rpartition(".")[0] != package:
+        if any(_private(p) for p in parts) and not own(target.rpartition(".")[0]):
             found.add((target, "*"))
         for alias in node.names:
             if not _private(alias.name):
                 continue
             if f"{target}.{alias.name}" in modules:  # a private module: its package's own
-                if target != package:
+                if not own(target):
                     found.add((f"{target}.{alias.name}", "*"))
             elif target != module:
                 found.add((target, alias.name))
@@ -292,3 +297,10 @@ def test_the_private_import_finder_finds_them() -> None:
         "from ..circuits._run import BaseRun\n", "interp_gpt.attribution.qk", "interp_gpt.attribution", modules
     )
     assert other == {("interp_gpt.circuits._run", "*")}
+    sub = _private_imports(
+        "from .._run import BaseRun\nfrom .. import _inputs\n",
+        "interp_gpt.circuits.mib.score",
+        "interp_gpt.circuits.mib",
+        modules,
+    )
+    assert sub == set()  # a subpackage of circuits may use circuits' private modules

@@ -370,6 +370,20 @@ class Graph:
         out[..., self.edge_sender.to(scores.device), self.edge_receiver.to(scores.device)] = scores
         return out
 
+    def node_scores(self, scores: Tensor) -> Tensor:
+        """`[..., n_senders]` node scores from edge scores `[..., n_edges]`: each sender's edges summed.
+        For a score that is `(corrupted - clean output) . gradient at the receiver` (EAP, EAP-IG, GIM,
+        RelP) this is the sender's own attribution, since its output reaches every receiver it feeds.
+
+        Example:
+            >>> g.node_scores(eap_scores(model, clean, corrupted, metric))   # [len(g.senders)]
+        """
+        if not isinstance(scores, Tensor) or scores.shape[-1:] != (self.n_edges,):
+            got = tuple(scores.shape) if isinstance(scores, Tensor) else type(scores).__name__
+            raise ValueError(f"scores: expected a tensor [..., {self.n_edges}] (one value per edge), got {got}")
+        out = scores.new_zeros((*scores.shape[:-1], len(self.senders)))
+        return out.index_add_(-1, self.edge_sender.to(scores.device), scores)
+
     def top_edges(self, scores: Tensor, k: int = 10, absolute: bool = True) -> list[tuple[str, float]]:
         """The `k` edges with the largest scores (by magnitude with `absolute`), as (name, score)."""
         if not isinstance(scores, Tensor) or scores.shape != (self.n_edges,):
