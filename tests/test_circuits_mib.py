@@ -328,3 +328,23 @@ def test_bad_task_files_are_refused_by_name(tiny, tmp_path):
         read_task(tmp_path / "d.jsonl", tiny)
     with pytest.raises(ValueError, match="counterfactual='y_counterfactual' is not a column"):
         read_task(tmp_path / "d.jsonl", tiny, counterfactual="y_counterfactual")
+
+
+# ----------------------------------------------------------------------------
+# the commands
+# ----------------------------------------------------------------------------
+def test_mib_commands_score_write_and_check(tmp_path, capsys):
+    from interp_gpt.cli import main
+
+    out = tmp_path / "sub"
+    assert main(["mib-score", "--task", "induction", "--n", "6", "--method", "eap", "--random", "2", "--out",
+                 str(out), "--name", "ioi_gpt2"]) == 0  # fmt: skip
+    report = json.loads((out / "ioi_gpt2" / "mib_score.json").read_text())
+    assert report["method"] == "eap" and 0 < report["cpr"] < 1 and len(report["faithfulness"]) == 10
+    assert "random" in report and "CPR" in capsys.readouterr().out
+    tiny = GPT.from_pretrained("tiny-gpt2")
+    assert load_mib_graph(out / "ioi_gpt2" / "importances.json", tiny).edge_scores is not None
+    assert main(["mib-check", str(out)]) == 1
+    assert "at least 2 models" in capsys.readouterr().out
+    assert main(["mib-score", "--task", "nope", "--out", str(out)]) == 2
+    assert "--task 'nope'" in capsys.readouterr().err

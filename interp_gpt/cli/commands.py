@@ -456,6 +456,7 @@ def _add_delegated(sub: Any) -> None:
     `add_arguments` and its run function (attribute's and train-lens' also take the model loader,
     and bring their own help, description and examples)."""
     from ..attribution import command as attribute
+    from ..circuits.mib import command as mib
     from ..lenses import command as train_lens
     from ..sae.benchmark import command as sae_bench
     from ..sae.saes import features
@@ -525,6 +526,22 @@ def _add_delegated(sub: Any) -> None:
             attribute.EXAMPLES,
             attribute.add_arguments,
             lambda args: attribute.run(args, _load),
+        ),
+        (
+            "mib-score",
+            mib.SCORE_HELP,
+            mib.SCORE_DESCRIPTION,
+            mib.SCORE_EXAMPLES,
+            mib.add_score_arguments,
+            lambda args: mib.run_score(args, _load),
+        ),
+        (
+            "mib-check",
+            mib.CHECK_HELP,
+            mib.CHECK_DESCRIPTION,
+            mib.CHECK_EXAMPLES,
+            mib.add_check_arguments,
+            lambda args: mib.run_check(args, _load),
         ),
         (
             "train-lens",
