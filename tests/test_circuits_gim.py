@@ -73,10 +73,7 @@ def _our_grads(model: Any, tokens: torch.Tensor, rules: list[Any]) -> list[torch
 
     hooks = [(f"blocks.{layer}.hook_resid_pre", keep) for layer in range(CFG.n_layers)]
     with torch.enable_grad():
-        from interp_gpt.circuits._run import attached  # the circuits' own way to attach rules
-
-        with attached(rules):
-            logits = model.run_with_hooks(tokens, fwd_hooks=hooks)
+        logits = model.run_with_hooks(tokens, fwd_hooks=[(hp.name, fn) for hp, fn in rules] + hooks)
         return list(torch.autograd.grad(metric(logits), kept))
 
 
