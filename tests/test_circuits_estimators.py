@@ -269,3 +269,35 @@ def test_other_bad_input_is_refused_by_name():
     with pytest.raises(ZeroDivisionError):
         modified_eap_scores(model, tokens(1), tokens(2), metric, failing)
     assert _no_hooks_left(model) and not (model.cfg.use_split_qkv_input or model.cfg.use_hook_mlp_in)
+
+
+# ----------------------------------------------------------------------------
+# against exact patching, on the shipped model
+# ----------------------------------------------------------------------------
+def test_tiny_gpt2_relp_and_gim_track_exact_patching_better_than_eap_over_all_edges():
+    """Induction prompts, corrupted by other random tokens, metric the log-prob of the second copy
+    (scripts/estimator_correlations.py). Pearson r with exact edge patching over all 110 edges,
+    measured for 3 seeds x 2 corruptions: EAP 0.08-0.38, RelP 0.69-0.80, GIM 0.65-0.70 (over the
+    15 edges out of the MLPs EAP does well, 0.59-0.88, RelP less so, 0.51-0.68: not asserted)."""
+    from interp_gpt import GPT
+    from interp_gpt.circuits import exact_edge_scores
+    from interp_gpt.inspect import repeated_tokens
+
+    model = GPT.from_pretrained("tiny-gpt2")
+    seq = 20
+    clean = repeated_tokens(model, seq_len=seq, batch_size=8, seed=0)
+    corrupted = torch.randint(0, model.cfg.d_vocab - 1, clean.shape, generator=torch.Generator().manual_seed(1))
+    corrupted[:, 0] = clean[:, 0]
+
+    def log_prob(logits: torch.Tensor) -> torch.Tensor:
+        return logits[:, seq + 1 : -1].log_softmax(-1).gather(-1, clean[:, seq + 2 :, None]).mean()
+
+    exact = exact_edge_scores(model, clean, corrupted, log_prob, logit_positions=list(range(seq + 1, 2 * seq)), progress=False)  # fmt: skip
+
+    def r(scores: torch.Tensor) -> float:
+        return float(torch.corrcoef(torch.stack([scores, exact]))[0, 1])
+
+    r_eap = r(eap_scores(model, clean, corrupted, log_prob))
+    r_relp, r_gim = r(relp_scores(model, clean, corrupted, log_prob)), r(gim_scores(model, clean, corrupted, log_prob))
+    assert r_relp > 0.5 and r_gim > 0.5, (r_relp, r_gim)
+    assert min(r_relp, r_gim) > r_eap + 0.2, (r_eap, r_relp, r_gim)
