@@ -8,6 +8,7 @@ backward for every edge (auto-circuit's scores are the negative of these).
 EAP-IG (Hanna et al. 2024): the gradient averaged over `steps` runs whose input embeddings lie
 between the corrupted and the clean ones, `corrupted + k/steps (clean - corrupted)` for k = 1..steps;
 the steps run stacked along the batch. `steps=1` is EAP.
+`modified_eap_scores`: EAP with extra forward hooks that change only the backward (RelP, GIM: rules.py).
 """
 
 from __future__ import annotations
@@ -167,8 +168,7 @@ def _accumulate(
     """Add `sum over copies, batch, pos of diff . grad` into `matrix [n_senders, n_receivers]` for one
     forward+backward of `len(alphas)` interpolated copies stacked along the batch (`diff`: the senders'
     differences as rows `[n_senders, batch * pos * d_model]`; `rules`: extra forward hooks that change
-    the backward only). Returns whether the metric's gradient was
-    non-zero at some receiver input."""
+    the backward only). Returns whether the metric's gradient was non-zero at some receiver input."""
     n, n_heads = graph.n_layers, graph.n_heads
     n_batch, n_pos = base.tokens.shape
     n_copies = len(alphas)
