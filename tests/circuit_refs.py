@@ -167,7 +167,9 @@ def receiver_inputs_and_grads(model: GPT, resid0: Tensor, metric: Callable[[Tens
         x = resid0.detach().clone().requires_grad_(True)
         logits = model.run_with_hooks(x, start_at_layer=0, fwd_hooks=hooks)
         names = list(kept)
-        grads = dict(zip(names, torch.autograd.grad(metric(logits), [kept[k] for k in names]), strict=True))
+        # allow_unused: under backward rules that hold the attention pattern constant, q and k reach nothing.
+        wrt = [kept[k] for k in names]
+        grads = dict(zip(names, torch.autograd.grad(metric(logits), wrt, allow_unused=True, materialize_grads=True), strict=True))  # fmt: skip
     out = {}
     for layer in range(n):
         for c in "qkv":

@@ -1,4 +1,5 @@
-"""Circuits: the model's edge graph, exact edge and path patching, and edge scores (EAP, EAP-IG).
+"""Circuits: the model's edge graph, exact edge and path patching, and edge scores (EAP, EAP-IG,
+RelP, GIM).
 
 The graph (`graph.py`) has the nodes circuit-finding tools count (the input, every head, every
 MLP, the logits) and an edge from each sender to each downstream receiver input (a head's q, k or
@@ -18,7 +19,8 @@ pass through its reconstruction); EAP / EAP-IG refuse a metric whose gradient is
 The modules, by job: `graph.py` (nodes, edges, names), `_inputs.py` (the checks every entry point
 shares, edge sets, the clean run), `_run.py` (the batched edge-patched forward on the model's own hook
 points, `run_edge_sets`), `patch.py` (`patch_edges`, `path_patch`, transformer-lens 4.3's
-`get_act_patch_direct_path*`), `scores.py` (`eap_scores`, `eap_ig_scores`, `exact_edge_scores`), `circuit.py` (`Circuit`: top-k,
+`get_act_patch_direct_path*`), `scores.py` (`eap_scores`, `eap_ig_scores`, `exact_edge_scores`), `rules.py` and `estimators.py`
+(EAP with a modified backward: `relp_scores`, `gim_scores`), `circuit.py` (`Circuit`: top-k,
 threshold, `acdc`, pruning; `faithfulness`, `faithfulness_curve`).
 
 Example:
@@ -32,6 +34,7 @@ Example:
 from __future__ import annotations
 
 from .circuit import Circuit, FaithfulnessCurve, acdc, faithfulness, faithfulness_curve
+from .estimators import gim_scores, relp_scores
 from .graph import Graph, Receiver
 from .patch import (
     ABLATIONS,
@@ -53,6 +56,8 @@ __all__ = [
     "eap_scores",
     "eap_ig_scores",
     "exact_edge_scores",
+    "relp_scores",
+    "gim_scores",
     "Circuit",
     "FaithfulnessCurve",
     "acdc",

@@ -8,6 +8,7 @@ backward for every edge (auto-circuit's scores are the negative of these).
 EAP-IG (Hanna et al. 2024): the gradient averaged over `steps` runs whose input embeddings lie
 between the corrupted and the clean ones, `corrupted + k/steps (clean - corrupted)` for k = 1..steps;
 the steps run stacked along the batch. `steps=1` is EAP.
+`modified_eap_scores`: EAP with extra forward hooks that change only the backward (RelP, GIM: rules.py).
 """
 
 from __future__ import annotations
@@ -25,8 +26,9 @@ from ..patching.generic import warn_unbatched as _warn_unbatched
 from ._inputs import edge_sets_of, prepare
 from ._run import BaseRun, Metric, attached, flags
 from .graph import Graph
+from .rules import Rules
 
-__all__ = ["eap_scores", "eap_ig_scores", "exact_edge_scores"]
+__all__ = ["eap_scores", "eap_ig_scores", "modified_eap_scores", "exact_edge_scores"]
 
 # Token rows of one EAP-IG forward+backward: the per-head q/k/v inputs make each row cost about
 # 3 * n_heads residual streams per layer, kept for the backward.
@@ -88,6 +90,27 @@ def eap_ig_scores(
     return _eap_ig(model, clean_tokens, corrupted_tokens, metric, steps, batch_size, progress, "eap_ig_scores")
 
 
+def modified_eap_scores(
+    model: GPT,
+    clean_tokens: Any,
+    corrupted_tokens: Any,
+    metric: Metric,
+    rules: Rules,
+    *,
+    progress: bool = False,
+    caller: str = "modified_eap_scores",
+) -> Tensor:
+    """EAP with a modified backward pass: `eap_scores` with the forward hooks `rules(model)` attached
+    during the gradient run (hooks that keep every forward value and change only the backward, as
+    `interp_gpt.circuits.rules` makes them: RelP's, GIM's). `caller` names the function in errors.
+
+    Example:
+        >>> scores = modified_eap_scores(model, clean, corrupted, metric, relp_rules)
+    """
+    check_callable(rules, "rules", "a function model -> [(hook point, hook function)]", caller)
+    return _eap_ig(model, clean_tokens, corrupted_tokens, metric, 1, None, progress, caller, rules)
+
+
 def _eap_ig(
     model: Any,
     clean_tokens: Any,
@@ -97,6 +120,7 @@ def _eap_ig(
     batch_size: Any,
     progress: bool,
     caller: str,
+    rules: Rules | None = None,
 ) -> Tensor:
     check_callable(metric, "metric", "a function of the logits", caller)
     steps = check_int_in_range(steps, "steps", 1, None, "interpolation steps", caller=caller)
@@ -120,7 +144,7 @@ def _eap_ig(
     try:
         for lo in range(1, steps + 1, per):
             ks = list(range(lo, min(lo + per, steps + 1)))
-            reached |= _accumulate(model, graph, base, start_in, diff, [k / steps for k in ks], metric, matrix)
+            reached |= _accumulate(model, graph, base, start_in, diff, [k / steps for k in ks], metric, matrix, rules)
             bar.update(len(ks))
     finally:
         bar.close()
@@ -139,11 +163,12 @@ def _accumulate(
     alphas: list[float],
     metric: Metric,
     matrix: Tensor,
+    rules: Rules | None = None,
 ) -> bool:
     """Add `sum over copies, batch, pos of diff . grad` into `matrix [n_senders, n_receivers]` for one
     forward+backward of `len(alphas)` interpolated copies stacked along the batch (`diff`: the senders'
-    differences as rows `[n_senders, batch * pos * d_model]`). Returns whether the metric's gradient was
-    non-zero at some receiver input."""
+    differences as rows `[n_senders, batch * pos * d_model]`; `rules`: extra forward hooks that change
+    the backward only). Returns whether the metric's gradient was non-zero at some receiver input."""
     n, n_heads = graph.n_layers, graph.n_heads
     n_batch, n_pos = base.tokens.shape
     n_copies = len(alphas)
@@ -167,6 +192,8 @@ def _accumulate(
         if has_mlp:
             hooks.append((block.hook_mlp_in, keep(layer, "mlp", False)))
     hooks.append((model.blocks[n - 1].hook_resid_post, keep(n, "logits", False)))
+    if rules is not None:
+        hooks += rules(model)
     with torch.enable_grad(), attached(hooks), flags(model, split=True, mlp_in=True if has_mlp else None):
         x = inputs.detach().requires_grad_(True)
         logits = model(x, start_at_layer=0)
