@@ -26,7 +26,7 @@ datasets 5.2.0, pandas 3.1.1, einops 0.8.2). The command that wrote tests/data/m
 and to score a graph file of ours in their code (prints and writes one JSON):
 
     /tmp/venv-mib/bin/python bench/mib_reference.py --eap-ig /tmp/eapig/src --mib /tmp/mib \\
-        --model tiny-gpt2 --score-graph ours.json [--csv tests/data/mib/induction_tiny-gpt2.csv] [--out-json r.json]
+        --model tiny-gpt2 --score-graph ours.json [--task mixed|equal] [--out-json r.json]
 
 The models (no interp_gpt import: the reference venv reads the files directly):
 - `tiny-gpt2`: the shipped model's Hugging Face folder, interp_gpt/weights/tiny-gpt2 (config.json,
@@ -41,16 +41,18 @@ center_writing_weights, center_unembed, fold_value_biases), through `HookedTrans
 tokenizer)` + `load_and_process_state_dict` (the hub is never reached), then
 `use_split_qkv_input`, `use_attn_result`, `use_hook_mlp_in` on, as run_evaluation.py sets them.
 
-The task: `induction_<model>.csv` in MIB's `EAPDataset` layout (clean, corrupted, correct_idx,
-incorrect_idx; read with task='ioi', so labels are [correct, incorrect]). Each row is a random
-sequence S of k single-token words followed by its first m tokens again (k, m = 6, 4 on even rows
-and 5, 3 on odd rows, so a batch mixes two lengths and is right-padded); the answer is S[m]. The
-corrupted prompt replaces S[m] (in the first half only, where it occurs) by another word x, so x is
-the wrong answer; for random-gpt2 it also replaces S[m-1], the last token, by another word y in both
-halves (the random model does no induction: with S[m] alone its clean and corrupted logit
-differences agreed to 0.002, and faithfulness divides by that). Same token lengths; every string re-tokenizes to exactly its ids (checked). Batches of 8 over 24 rows: every
-batch holds both lengths, so `mean-positional`'s per-position means (sized by the first batch)
-fit every batch.
+The tasks: `induction_<model>_<task>.csv` in MIB's `EAPDataset` layout (clean, corrupted,
+correct_idx, incorrect_idx; read with task='ioi', so labels are [correct, incorrect]), 24 rows,
+batches of 8. Each row is a random sequence S of k single-token words followed by its first m
+tokens again; the answer is S[m]. The corrupted prompt replaces S[m] (in the first half, where it
+occurs) by another word x, the wrong answer; for random-gpt2 it also replaces S[m-1], the last
+token, by another word y in both halves (the random model does no induction: with S[m] alone its
+clean and corrupted logit differences agreed to 0.002, and faithfulness divides by that). Clean
+and corrupted have the same token length; every string re-tokenizes to exactly its ids (checked).
+- `mixed`: (k, m) = (6, 4) on even rows, (5, 3) on odd rows: every batch holds 11- and 9-token
+  prompts (BOS included), right-padded, so `input_lengths` and the padding matter (and
+  `mean-positional`'s means, sized by the first batch, fit every batch).
+- `equal`: (k, m) = (6, 4) on every row: no padding anywhere.
 
 What runs, per model: their `attribute` (EAP-IG-inputs with ig_steps=5, MIB's default, and plain
 EAP, both 'patching') and `attribute_node` (EAP-IG-inputs, and EAP) with run_attribution.py's
@@ -62,6 +64,12 @@ mean-positional). Baseline and empty-circuit scores are recomputed beside it wit
 `evaluate_baseline` and `evaluate_graph` after `apply_topn(0)` (the function keeps them inside),
 and for every percentage the items asked for (`int(pct * n)`) and the nodes / real edges left after
 their prune are recorded from a copy of the graph.
+
+reference.json: {"provenance": {...}, "models": {model: {"model": {...}, "tasks": {task: {"task_csv",
+"clean_tokens", "corrupted_tokens", "graphs": {"<method>_<level>": {"json", "pt", ...}},
+"evaluations": [{"graph", "level", "intervention", "baseline", "empty", "faithfulnesses",
+"area_under" (CPR), "area_from_1" (CMD), "average", "weighted_edge_counts", "steps": [...],
+"seconds", ...}]}}}}}.
 
 Run-time patches (their files are not edited): `eap.utils.compute_mean_activations`,
 `eap.attribute`'s and `eap.attribute_node`'s score matrices and `eap.evaluate`'s Gemma branch make
@@ -106,7 +114,8 @@ IG_STEPS = 5
 CSV_SEED = 0
 RANDOM_SEED = 0
 RANDOM_N_CTX = 64
-SHAPES = ((6, 4), (5, 3))  # (k, m) on even / odd rows
+# (k, m) by row, cycled: "mixed" puts two lengths in every batch (right padding); "equal" one length.
+TASKS = {"mixed": ((6, 4), (5, 3)), "equal": ((6, 4),)}
 # The random model does no induction: with only S[m] corrupted its clean and corrupted logit differences
 # are equal to 0.002 (faithfulness divides by that), so its corrupted prompts change the last token too.
 SWAP_LAST = {"tiny-gpt2": False, "random-gpt2": True}
@@ -291,7 +300,9 @@ def word_tokens(tok: Any) -> list[int]:
     return sorted(i for s, i in tok.get_vocab().items() if i not in special and word.match(tok.decode([i])))
 
 
-def make_rows(tok: Any, swap_last: bool, seed: int = CSV_SEED, rows: int = ROWS) -> list[dict[str, Any]]:
+def make_rows(
+    tok: Any, swap_last: bool, shapes: tuple[tuple[int, int], ...], seed: int = CSV_SEED, rows: int = ROWS
+) -> list[dict[str, Any]]:
     """Induction prompt pairs (module docstring); every string re-tokenizes to exactly its ids.
 
     `swap_last` also replaces S[m-1] (the last token) by another word in both halves of the corrupted
@@ -309,7 +320,7 @@ def make_rows(tok: Any, swap_last: bool, seed: int = CSV_SEED, rows: int = ROWS)
 
     out: list[dict[str, Any]] = []
     while len(out) < rows:
-        k, m = SHAPES[len(out) % 2]
+        k, m = shapes[len(out) % len(shapes)]
         seq = rng.sample(words, k + 2)
         s, x, y = seq[:k], seq[k], seq[k + 1]
         s2 = s[: m - 1] + [y if swap_last else s[m - 1], x] + s[m + 1 :]
@@ -494,38 +505,42 @@ def provenance(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def build(args: argparse.Namespace, T: dict[str, Any]) -> None:
-    """Write the CSVs, graph files and reference.json for every model in --models."""
+    """Write the CSVs, graph files and reference.json for every model in --models and task in TASKS."""
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     result: dict[str, Any] = {"provenance": provenance(args), "models": {}}
     for name in args.models:
         t_model = time.perf_counter()
         model, info = load_model(name, args.gpt2_vocab, args.device)
-        rows = make_rows(model.tokenizer, swap_last=SWAP_LAST[name])
-        csv_path = out / f"induction_{name}.csv"
-        write_csv(csv_path, rows)
-        loader = loader_of(T, csv_path)
-        scored = score_graphs(T, model, loader, out, name)
-        evaluations = []
-        for key, graph in scored["graphs"].items():
-            level = "node" if key.endswith("_node") else "edge"
-            for intervention in INTERVENTIONS:
-                e = evaluate(T, model, graph, loader, level, intervention)
-                e["graph"] = key
-                evaluations.append(e)
-                print(
-                    f"{name} {key} {level} {intervention}: CPR {e['area_under']:.4f} CMD {e['area_from_1']:.4f} "
-                    f"baseline {e['baseline']:.4f} empty {e['empty']:.4f} ({e['seconds']} s)",
-                    flush=True,
-                )
-        result["models"][name] = {
-            "model": info,
-            "task_csv": csv_path.name,
-            "tokens": [model.to_tokens(r["clean"], prepend_bos=True)[0].tolist() for r in rows],
-            "graphs": scored["record"],
-            "evaluations": evaluations,
-            "seconds": round(time.perf_counter() - t_model, 3),
-        }
+        tasks: dict[str, Any] = {}
+        for task, shapes in TASKS.items():
+            rows = make_rows(model.tokenizer, SWAP_LAST[name], shapes)
+            csv_path = out / f"induction_{name}_{task}.csv"
+            write_csv(csv_path, rows)
+            loader = loader_of(T, csv_path)
+            scored = score_graphs(T, model, loader, out, f"{name}_{task}")
+            evaluations = []
+            for key, graph in scored["graphs"].items():
+                level = "node" if key.endswith("_node") else "edge"
+                for intervention in INTERVENTIONS:
+                    e = evaluate(T, model, graph, loader, level, intervention)
+                    e["graph"] = key
+                    evaluations.append(e)
+                    print(
+                        f"{name} {task} {key} {intervention}: CPR {e['area_under']:.4f} CMD {e['area_from_1']:.4f} "
+                        f"baseline {e['baseline']:.4f} empty {e['empty']:.4f} ({e['seconds']} s)",
+                        flush=True,
+                    )
+            tasks[task] = {
+                "task_csv": csv_path.name,
+                "shapes_k_m": [list(km) for km in shapes],
+                "corrupt_last_token": SWAP_LAST[name],
+                "clean_tokens": [model.to_tokens(r["clean"], prepend_bos=True)[0].tolist() for r in rows],
+                "corrupted_tokens": [model.to_tokens(r["corrupted"], prepend_bos=True)[0].tolist() for r in rows],
+                "graphs": scored["record"],
+                "evaluations": evaluations,
+            }
+        result["models"][name] = {"model": info, "tasks": tasks, "seconds": round(time.perf_counter() - t_model, 3)}
     (out / "reference.json").write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
     print(f"wrote {out / 'reference.json'}")
 
@@ -541,9 +556,10 @@ def score_file(args: argparse.Namespace, T: dict[str, Any]) -> None:
         raise SystemExit(f"--score-graph: {path} is neither .json nor .pt")
     name = args.models[0]
     model, info = load_model(name, args.gpt2_vocab, args.device)
-    csv_path = Path(args.csv) if args.csv else DATA / f"induction_{name}.csv"
+    csv_path = Path(args.csv) if args.csv else DATA / f"induction_{name}_{args.task}.csv"
     loader = loader_of(T, csv_path)
-    levels = ["edge"] + (["node"] if graph.nodes_scores is not None else [])
+    # a node-scored graph's edge scores are all 0 (their Graph keeps a scores matrix anyway): node level only
+    levels = (["edge"] if bool(graph.scores.any()) else []) + (["node"] if graph.nodes_scores is not None else [])
     evaluations = [evaluate(T, model, graph, loader, lv, iv) for lv in levels for iv in INTERVENTIONS]
     for e in evaluations:
         print(f"{e['level']} {e['intervention']}: CPR {e['area_under']:.6f} CMD {e['area_from_1']:.6f}")
@@ -563,6 +579,7 @@ def main() -> None:
     p.add_argument("--device", default="cpu")
     p.add_argument("--score-graph", default=None, help="a graph file (.json / .pt) to evaluate instead")
     p.add_argument("--csv", default=None, help="with --score-graph: the task CSV (default: the model's)")
+    p.add_argument("--task", default="mixed", choices=list(TASKS), help="with --score-graph: which task CSV")
     p.add_argument("--out-json", default=None, help="with --score-graph: where to write the numbers")
     args = p.parse_args()
     torch.set_grad_enabled(True)
