@@ -71,6 +71,34 @@ reference.json: {"provenance": {...}, "models": {model: {"model": {...}, "tasks"
 "area_under" (CPR), "area_from_1" (CMD), "average", "weighted_edge_counts", "steps": [...],
 "seconds", ...}]}}}}}.
 
+What their code computes, as measured here (read before comparing numbers of ours):
+- 'mean' (`compute_mean_activations`, per_position=False) is ONE d_model vector for every source
+  node: per node, the activation at the last real position only, divided by the prompt's length,
+  summed over prompts, divided by their number; then averaged over all n_forward nodes
+  (`means.mean(0)`). On tiny-gpt2 (mixed) its norm is 0.025, against 0.19-0.47 for per-node token
+  means. It is taken over the clean prompts of intervention_dataloader (`batch[0]`).
+- 'mean-positional' is per (position, node): the sum over prompts at every position, padding
+  positions included (TL zeroes their position embedding and masks them as keys), divided by the
+  number of prompts; its n_pos is the first batch's.
+- The input node is `hook_embed`: ablating its edges ('zero', 'mean') never touches the position
+  embedding. The empty circuit under 'patching' equals the corrupted run exactly.
+- `int(pct * n)` floors (0.005 * 110 = 0.55 -> 0, 0.05 * 110 = 5.5 -> 5); with 110 edges the first
+  three percentages ask for 0 edges (faithfulness 0 exactly; -0.0 where baseline < empty). At node
+  level n counts every scored source node, the input node included (11 here: 0.1 -> 1 node).
+- Edge level: `weighted_edge_count` is counted after their prune, so it can be below n (5 -> 3).
+  Their prune tests "nodes unchanged" before removing edges, so it can stop with a node that has
+  no edge left (n = 1: 'input' stays in the graph with 0 edges).
+- Node level: a node's row of `in_graph` is set whole, so `weighted_edge_count` counts every
+  (source, destination) pair between kept nodes, not real edges: 297 = 11 x 27 at 100 % against
+  110 real edges; one kept head counts 4 (its own q, k, v and logits). `steps` records both.
+- `attribute_node`'s MLP score is (delta mlp_out) . d metric / d mlp_in (the gradient at the MLP's
+  input hook, not its output); heads and the input use their output. Its EAP-IG interpolates at
+  k/steps for k = 1..steps; `attribute`'s edge EAP-IG at k = 0..steps-1.
+- `Graph.to_json` raises IndexError on a node-scored graph (see `write_json`); `to_pt` works.
+- absolute=True ranks by |score|: 21 of tiny-gpt2's top 55 EAP-IG edges have negative scores.
+- MIB's run_evaluation.py never passes its --ablation to `evaluate_area_under_curve` (so it always
+  evaluates 'patching'), and passes absolute only with --absolute (default False).
+
 Run-time patches (their files are not edited): `eap.utils.compute_mean_activations`,
 `eap.attribute`'s and `eap.attribute_node`'s score matrices and `eap.evaluate`'s Gemma branch make
 tensors with `torch.zeros(..., device='cuda')`; the module global `torch` of eap.utils,
