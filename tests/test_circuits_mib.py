@@ -169,29 +169,52 @@ def test_nine_circuits_and_the_submission_check(setup, tmp_path):
 # ----------------------------------------------------------------------------
 # the metrics, against brute-force patching with MIB's node values
 # ----------------------------------------------------------------------------
+def masked_sender_values(model: GPT, task: Task) -> dict[str, torch.Tensor]:
+    """circuit_refs.sender_values of the task's clean prompts run with their attention mask (pads take no
+    position embedding and are no key), as MIB runs its reference prompts."""
+    mask = (torch.arange(task.clean.shape[1])[None, :] < task.lengths[:, None]).long()
+    model.set_use_attn_result(True)
+    try:
+        with torch.no_grad():
+            _, cache = model.run_with_cache(task.clean, attention_mask=mask)
+    finally:
+        model.set_use_attn_result(False)
+    out = {"input": cache["blocks.0.hook_resid_pre"]}
+    for layer in range(model.cfg.n_layers):
+        for h in range(model.cfg.n_heads):
+            out[f"a{layer}.h{h}"] = cache[f"blocks.{layer}.attn.hook_result"][:, :, h]
+        out[f"m{layer}"] = cache[f"blocks.{layer}.hook_mlp_out"] - model.blocks[layer].mlp.b_out
+    return out
+
+
 def mib_other_values(model: GPT, task: Task, intervention: str) -> dict[str, torch.Tensor]:
     """Each sender's value outside the circuit, in circuit_refs' convention (the input with the
     positions, MLPs without b_out), from MIB's definitions: its input node is `hook_embed`, its MLP
-    nodes `hook_mlp_out` (with b_out), its head nodes `hook_result`."""
+    nodes `hook_mlp_out` (with b_out), its head nodes `hook_result`; the means over the clean prompts
+    run with their attention mask."""
     if intervention == "patching":
         return sender_values(model, task.corrupted)
     clean = sender_values(model, task.clean)
+    masked = masked_sender_values(model, task)
     with torch.no_grad():
-        _, cache = model.run_with_cache(task.clean, names_filter=["hook_embed", "hook_pos_embed"])
-    pos = cache["hook_pos_embed"]
+        pos = model.run_with_cache(task.clean, names_filter="hook_pos_embed")[1]["hook_pos_embed"]
+        mask = (torch.arange(task.clean.shape[1])[None, :] < task.lengths[:, None]).long()
+        masked_pos = model.run_with_cache(task.clean, attention_mask=mask, names_filter="hook_pos_embed")[1]
     b_out = {f"m{layer}": model.blocks[layer].mlp.b_out for layer in range(model.cfg.n_layers)}
 
-    def mib_view(values: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    def mib_view(values: dict[str, torch.Tensor], pos: torch.Tensor) -> dict[str, torch.Tensor]:
         return {k: v - pos if k == "input" else v + b_out[k] if k in b_out else v for k, v in values.items()}
 
     if intervention == "zero":
         mib = {k: torch.zeros_like(v) for k, v in clean.items()}
     elif intervention == "mean-positional":
-        mib = {k: v.mean(0, keepdim=True).expand_as(v) for k, v in mib_view(clean).items()}
+        view = mib_view(masked, masked_pos["hook_pos_embed"])
+        mib = {k: v.mean(0, keepdim=True).expand_as(v) for k, v in view.items()}
     else:  # "mean": compute_mean_activations at 7af394a: last real token / length, over prompts, then over nodes
         n = len(task)
         rows = torch.arange(n)
-        per_node = [(v[rows, task.lengths - 1] / task.lengths[:, None]).sum(0) / n for v in mib_view(clean).values()]
+        view = mib_view(masked, masked_pos["hook_pos_embed"])
+        per_node = [(v[rows, task.lengths - 1] / task.lengths[:, None]).sum(0) / n for v in view.values()]
         one = torch.stack(per_node).mean(0)
         mib = {k: one.expand_as(v) for k, v in clean.items()}
     return {k: v + pos if k == "input" else v - b_out[k] if k in b_out else v for k, v in mib.items()}
@@ -204,29 +227,42 @@ def test_mib_score_equals_brute_force(setup, intervention, level):
     got = mib_score(model, task, scores, level=level, intervention=intervention, progress=False)
     other = mib_other_values(model, task, intervention)
     g = Graph(CFG)
-    full, empty = task.metric(brute_patch(model, task.clean, other, [])), None
+    full = task.metric(brute_patch(model, task.clean, other, []))
     empty = task.metric(brute_patch(model, task.clean, other, g.edge_names))
     assert got.full == pytest.approx(float(full), rel=1e-6, abs=1e-6)
     assert got.empty == pytest.approx(float(empty), rel=1e-6, abs=1e-6)
     node_scores = g.node_scores(scores)
     n_items = len(g.senders) if level == "node" else g.n_edges
-    for pct, value, k in zip(MIB_PERCENTAGES, got.metric, got.n_items, strict=True):
+    for pct, value, k, circuit in zip(MIB_PERCENTAGES, got.metric, got.n_items, got.circuits, strict=True):
         assert k == int(pct * n_items)
-        if level == "edge":
-            kept = Circuit.top_k(g, scores, k).pruned()
-        else:
+        kept = set(Circuit(g, circuit).edges)
+        if level == "edge":  # MIB's top k, less what its prune drops
+            assert kept <= set(Circuit.top_k(g, scores, k).edges)
+        else:  # every edge between kept nodes (or into the logits): MIB's prune keeps each kept node
             top = node_scores.abs().argsort(descending=True)[:k].tolist()
             names = {g.senders[i] for i in top} | {"logits"}
-            kept = Circuit(
-                g, [e for e in g.edge_names if all(n.split("<")[0] in names for n in e.split(" -> "))]
-            ).pruned()
-        outside = [e for e in g.edge_names if e not in set(kept.edges)]
+            assert kept == {e for e in g.edge_names if all(n.split("<")[0] in names for n in e.split(" -> "))}
+        outside = [e for e in g.edge_names if e not in kept]
         want = task.metric(brute_patch(model, task.clean, other, outside))
         assert float(value) == pytest.approx(float(want), rel=1e-6, abs=1e-6)
     faith = (got.metric - got.empty) / (got.full - got.empty)
     torch.testing.assert_close(got.faithfulness, faith)
     assert got.faithfulness[-1] == pytest.approx(1.0)
     assert (got.cpr, got.cmd) == pytest.approx(area_under_curve(MIB_PERCENTAGES, faith.tolist()))
+
+
+def test_an_edge_circuit_is_pruned_as_mib_prunes_it():
+    """MIB's prune stops once its nodes stop changing, checked before it drops edges, and evaluate_graph
+    prunes again: top edges a0.h0 -> a1.h0<q> and a1.h0 -> logits with nothing into a0.h0 leave a1.h0 ->
+    logits after the first prune (a1.h0 is fed by a0.h0), nothing after the second."""
+    from interp_gpt.circuits.mib.score import _Pruner
+
+    g = Graph(CFG)
+    pruner = _Pruner(g)
+    mask = g.edge_mask(["a0.h0 -> a1.h0<q>", "a1.h0 -> logits"])
+    assert not pruner.edges(mask).any()
+    mask = g.edge_mask(["input -> a0.h0<q>", "a0.h0 -> a1.h0<q>", "a1.h0 -> logits", "a0.h1 -> m1"])
+    assert Circuit(g, pruner.edges(mask)).edges == ["input -> a0.h0<q>", "a0.h0 -> a1.h0<q>", "a1.h0 -> logits"]
 
 
 def test_areas_are_trapezoids_over_the_raw_or_log_percentages():

@@ -41,7 +41,7 @@ from torch import Tensor
 from ...checks import check_int_in_range, check_seed, check_type
 from ...model.gpt import GPT
 from .._inputs import Prepared, circuit_model, prepare
-from .._run import base_run
+from .._run import base_run, sender_hook_names, sender_outputs
 from ..circuit import Circuit
 from ..graph import Graph
 from .format import MIB_PERCENTAGES, MIBGraph
@@ -77,10 +77,12 @@ def area_under_curve(
 
 @dataclass
 class MIBScore:
-    """One method's MIB numbers: at each of `percentages`, `n_items` items kept (before pruning), `n_edges`
-    edges in the pruned circuit (MIB's weighted edge counts), the `metric` and its `faithfulness`; `full` /
-    `empty`: the metric with every / no edge kept; `cpr`, `cmd` (areas over the raw percentages, or over
-    their logs when `log_scale`) and `average` (the mean faithfulness)."""
+    """One method's MIB numbers: at each of `percentages`, `n_items` items kept (before pruning), the circuit
+    MIB runs (`circuits[i]`, a bool mask `[n_edges]`, after its pruning; `n_edges[i]` its edges: MIB's own
+    "weighted edge count" is taken before `evaluate_graph` prunes again and, at the node level, counts
+    pairs of kept nodes that are no edge), the `metric` and its `faithfulness`; `full` / `empty`: the
+    metric with every / no edge kept; `cpr`, `cmd` (areas over the raw percentages, or over their logs
+    when `log_scale`) and `average` (the mean faithfulness)."""
 
     level: str
     intervention: str
@@ -96,6 +98,7 @@ class MIBScore:
     cmd: float
     average: float
     log_scale: bool = False
+    circuits: list[Tensor] = field(default_factory=list, repr=False)
 
     def __repr__(self) -> str:
         scale = ", log scale" if self.log_scale else ""
@@ -151,6 +154,16 @@ def _from_mib_view(model: GPT, graph: Graph, other: Tensor, pos_part: Tensor) ->
     return other
 
 
+def _masked_senders(model: GPT, tokens: Tensor, lengths: Tensor) -> Tensor:
+    """Sender outputs `[batch, pos, n_senders, d_model]` of right-padded prompts run as MIB runs them, with
+    the attention mask (a pad position takes no position embedding and is no key): "mean-positional"
+    averages pad positions in."""
+    mask = (torch.arange(tokens.shape[1], device=tokens.device)[None, :] < lengths[:, None]).long()
+    with torch.no_grad():
+        _, cache = model.run_with_cache(tokens, attention_mask=mask, names_filter=sender_hook_names(model.cfg))
+    return sender_outputs(model, cache)
+
+
 def _prepared(model: GPT, task: Task, intervention: str, reference: Task | None, caller: str) -> Prepared:
     if intervention == "patching":
         if reference is not None:
@@ -166,13 +179,13 @@ def _prepared(model: GPT, task: Task, intervention: str, reference: Task | None,
         mib = torch.zeros_like(base.senders[:1])
     else:
         ref = task if reference is None else check_type(reference, Task, "reference", "a Task", caller)
-        rbase = base if ref is task else base_run(model, ref.clean.to(dev))
-        if intervention == "mean-positional" and rbase.tokens.shape[1] != n_pos:
+        tokens = ref.clean.to(dev)
+        if intervention == "mean-positional" and tokens.shape[1] != n_pos:
             raise ValueError(
-                f"{caller}: reference prompts have {rbase.tokens.shape[1]} positions but the task's have {n_pos}: "
+                f"{caller}: reference prompts have {tokens.shape[1]} positions but the task's have {n_pos}: "
                 "'mean-positional' takes one mean per position"
             )
-        view, _ = _to_mib_view(model, graph, rbase.senders, rbase.tokens)
+        view, _ = _to_mib_view(model, graph, _masked_senders(model, tokens, ref.lengths.to(dev)), tokens)
         if intervention == "mean-positional":
             mib = view.mean(0, keepdim=True)
         else:
@@ -205,11 +218,62 @@ def _receiver_nodes(graph: Graph) -> Tensor:
     return torch.tensor(out, dtype=torch.long)
 
 
+class _Pruner:
+    """MIB's circuit from top-n items, as the EAP-IG code at 7af394a builds it: its `[n_forward, n_backward]`
+    `in_graph` matrix (a node-level circuit sets a kept node's whole row, including pairs that are no edge
+    of the model, such as a head's output into its own query), then its `prune`: nodes with an edge out
+    and an edge in (the input counts as fed) stay, edges between staying nodes (or into the logits) stay,
+    repeated until the nodes do not change, which it checks before dropping edges, so it can stop one
+    round early; `evaluate_graph` prunes once more before it runs. A node-level circuit loses nothing to
+    pruning: each kept node's row feeds its own inputs. Only the model's edges of the result are run (the
+    other pairs are no input of anything)."""
+
+    def __init__(self, graph: Graph):
+        self.graph = graph
+        n_s, n_r = len(graph.senders), len(graph.receivers)
+        rnode = _receiver_nodes(graph)
+        self.owner = torch.zeros(n_s, n_r, dtype=torch.bool)  # sender node -> its own receiver inputs
+        self.owner[rnode[rnode >= 0], torch.arange(n_r)[rnode >= 0]] = True
+        self.logits = graph.logits_receiver
+
+    def prune(self, matrix: Tensor, nodes: Tensor) -> tuple[Tensor, Tensor]:
+        """MIB's `Graph.prune` of `matrix [n_senders, n_receivers]` with its nodes in the graph `[n_senders]`."""
+        while True:
+            fed = (matrix.any(0)[None, :] & self.owner).any(1)
+            fed[0] = True
+            new = matrix.any(1) & fed
+            same = bool((new == nodes).all())
+            nodes = new
+            alive = (nodes[:, None] & self.owner).any(0)
+            alive[self.logits] = True
+            matrix = matrix & nodes[:, None] & alive[None, :]
+            if same:
+                return matrix, nodes
+
+    def evaluated(self, matrix: Tensor, nodes: Tensor) -> Tensor:
+        """The model's edges MIB runs: `apply_topn` prunes, then `evaluate_graph` prunes again."""
+        matrix, nodes = self.prune(*self.prune(matrix, nodes))
+        return matrix[self.graph.edge_sender, self.graph.edge_receiver]
+
+    def edges(self, mask: Tensor) -> Tensor:
+        """An edge-level top-n (`mask [n_edges]`), as MIB evaluates it."""
+        matrix = torch.zeros(len(self.graph.senders), len(self.graph.receivers), dtype=torch.bool)
+        matrix[self.graph.edge_sender[mask], self.graph.edge_receiver[mask]] = True
+        fed = (matrix.any(0)[None, :] & self.owner).any(1)
+        fed[0] = True
+        return self.evaluated(matrix, matrix.any(1) & fed)
+
+    def nodes(self, keep: Tensor) -> Tensor:
+        """A node-level top-n (`keep [n_senders]`): every kept node's whole row, as MIB evaluates it."""
+        matrix = keep[:, None].expand(-1, len(self.graph.receivers)).clone()
+        return self.evaluated(matrix, keep.clone())
+
+
 def _edge_circuits(
     graph: Graph, scores: Tensor, percentages: Sequence[float], absolute: bool
 ) -> list[tuple[int, Tensor]]:
-    n = graph.n_edges
-    return [(int(p * n), Circuit.top_k(graph, scores, int(p * n), absolute).pruned().mask) for p in percentages]
+    n, pruner = graph.n_edges, _Pruner(graph)
+    return [(int(p * n), pruner.edges(Circuit.top_k(graph, scores, int(p * n), absolute).mask)) for p in percentages]
 
 
 def _node_circuits(
@@ -220,15 +284,13 @@ def _node_circuits(
     key = scores.abs() if absolute else scores.clone()
     key[~scored] = float("-inf")
     order = key.argsort(descending=True, stable=True)
-    rnode = _receiver_nodes(graph)[graph.edge_receiver]
+    pruner = _Pruner(graph)
     out = []
     for p in percentages:
         k = int(p * n)
         keep = ~scored
         keep[order[:k]] = True
-        into = torch.where(rnode < 0, torch.ones_like(rnode, dtype=torch.bool), keep[rnode.clamp(min=0)])
-        mask = keep[graph.edge_sender] & into
-        out.append((k, Circuit(graph, mask).pruned().mask))
+        out.append((k, pruner.nodes(keep)))
     return out
 
 
@@ -317,7 +379,7 @@ def _result(
     cpr, cmd = area_under_curve(percentages, faith.tolist(), log_scale)
     return MIBScore(
         level, intervention, absolute, percentages, [k for k, _ in circuits], [int(m.sum()) for _, m in circuits],
-        values, faith, full, empty, cpr, cmd, float(faith.mean()), log_scale,
+        values, faith, full, empty, cpr, cmd, float(faith.mean()), log_scale, [m for _, m in circuits],
     )  # fmt: skip
 
 
