@@ -1,4 +1,4 @@
-"""Circuits: the model's edge graph, exact edge and path patching, and edge scores (EAP, EAP-IG).
+"""Circuits: the model's edge graph, exact edge and path patching, and edge scores (EAP, EAP-IG, AtP*).
 
 The graph (`graph.py`) has the nodes circuit-finding tools count (the input, every head, every
 MLP, the logits) and an edge from each sender to each downstream receiver input (a head's q, k or
@@ -18,7 +18,8 @@ pass through its reconstruction); EAP / EAP-IG refuse a metric whose gradient is
 The modules, by job: `graph.py` (nodes, edges, names), `_inputs.py` (the checks every entry point
 shares, edge sets, the clean run), `_run.py` (the batched edge-patched forward on the model's own hook
 points, `run_edge_sets`), `patch.py` (`patch_edges`, `path_patch`, transformer-lens 4.3's
-`get_act_patch_direct_path*`), `scores.py` (`eap_scores`, `eap_ig_scores`, `exact_edge_scores`), `circuit.py` (`Circuit`: top-k,
+`get_act_patch_direct_path*`), `scores.py` (`eap_scores`, `eap_ig_scores`, `exact_edge_scores`), `atp_star.py` (`atp_star_scores`: AtP*,
+EAP with the exact softmax for queries and keys and GradDrop), `circuit.py` (`Circuit`: top-k,
 threshold, `acdc`, pruning; `faithfulness`, `faithfulness_curve`).
 
 Example:
@@ -31,6 +32,7 @@ Example:
 
 from __future__ import annotations
 
+from .atp_star import atp_star_layer_scores, atp_star_scores
 from .circuit import Circuit, FaithfulnessCurve, acdc, faithfulness, faithfulness_curve
 from .graph import Graph, Receiver
 from .patch import (
@@ -53,6 +55,8 @@ __all__ = [
     "eap_scores",
     "eap_ig_scores",
     "exact_edge_scores",
+    "atp_star_scores",
+    "atp_star_layer_scores",
     "Circuit",
     "FaithfulnessCurve",
     "acdc",
