@@ -108,7 +108,7 @@ def reference(model: Any, clean: torch.Tensor, corrupted: torch.Tensor, drop: in
     out = torch.zeros(graph.n_edges, dtype=torch.float64)
     for i, name in enumerate(graph.edge_names):
         s, r = parse(name)
-        diff = theirs[s] - ours[s]  # [batch, pos, d_model]
+        diff = (theirs[s] - ours[s]).detach()  # [batch, pos, d_model] (an MLP sender minus b_out carries a graph)
         if not (r.endswith("<q>") or r.endswith("<k>")):
             out[i] = (diff * grads[r]).sum()
             continue
@@ -161,3 +161,77 @@ def test_atp_star_equals_the_brute_force_reference_edge_by_edge(toy):
         rtol=1e-6,
         atol=1e-9,
     )
+
+
+def test_atp_star_is_eap_off_the_queries_and_keys_and_its_first_order_on_them():
+    model = random_model(TWO, seed=7)
+    clean, corrupted = tokens(TWO, 5), tokens(TWO, 6)
+    qk = qk_edges(Graph(TWO))
+    star = atp_star_scores(model, clean, corrupted, metric, grad_drop=False)
+    eap = eap_scores(model, clean, corrupted, metric)
+    # Edges into v inputs, MLPs and the logits: AtP* without GradDrop is EAP.
+    torch.testing.assert_close(star[~qk], eap[~qk], rtol=1e-6, atol=1e-9)
+    # On q / k edges the exact softmax (and LayerNorm) differs from EAP's linearisation at this corruption...
+    gap = (star[qk] - eap[qk]).abs().max() / eap[qk].abs().max()
+    assert gap > 1e-2
+    # ...and agrees with it to first order: corrupt a token into one whose embedding is eps away, so every
+    # sender's difference is O(eps) and the QK fix's departure from EAP O(eps^2), relative O(eps).
+    eps = 1e-5
+    with torch.no_grad():
+        model.embed.W_E[9] = model.embed.W_E[8] + eps * torch.randn(
+            TWO.d_model, generator=torch.Generator().manual_seed(1)
+        )
+    near = clean.clone()
+    near[:, 2] = 8
+    moved = near.clone()
+    moved[:, 2] = 9
+    star = atp_star_scores(model, near, moved, metric, grad_drop=False)
+    eap = eap_scores(model, near, moved, metric)
+    assert eap[qk].abs().max() > 1e-7  # the small change still reaches the queries and keys
+    assert (star[qk] - eap[qk]).abs().max() / eap[qk].abs().max() < 1e-3
+
+
+def test_the_key_side_is_stable_on_saturated_heads_in_float32():
+    # Large query and key weights saturate the softmax (a pattern row near one-hot): the key side's
+    # closed form must still give the exact recompute, in float32 as the float64 reference.
+    model = random_model(TWO, seed=2)
+    with torch.no_grad():
+        for block in model.blocks:
+            block.attn.W_Q.mul_(20.0)
+            block.attn.W_K.mul_(20.0)
+    clean, corrupted = tokens(TWO, 7), tokens(TWO, 8)
+    want = reference(model, clean, corrupted, None)
+    patterns = _gradients(model, clean, None)[1]
+    top = torch.stack([p[:, :, 1:].max(-1).values.flatten() for p, _ in patterns.values()])
+    assert (top > 1 - 1e-7).float().mean() > 0.5  # saturated: most rows put all but 1e-7 on one key
+    got = atp_star_scores(model.float(), clean, corrupted, metric, grad_drop=False)
+    qk = qk_edges(Graph(TWO))
+    scale = want[qk].abs().max()
+    assert scale > 1e-3
+    torch.testing.assert_close(got[qk].double(), want[qk], rtol=0, atol=1e-4 * float(scale))
+
+
+def test_grad_drop_with_one_layer_and_bad_input():
+    cfg = dataclasses.replace(TWO, n_layers=1)
+    model = random_model(cfg, seed=3)
+    clean, corrupted = tokens(cfg, 1), tokens(cfg, 2)
+    g = Graph(cfg)
+    plain = atp_star_scores(model, clean, corrupted, metric, grad_drop=False)
+    rows = atp_star_layer_scores(model, clean, corrupted, metric)
+    assert rows.shape == (1, g.n_edges) and rows.dtype == torch.float32
+    into_logits = g.edge_receiver == g.logits_receiver
+    # Dropping the one layer cuts every head and MLP input off from the metric; the logits' edges pass no layer.
+    assert rows[0, ~into_logits].abs().max() == 0 and plain[~into_logits].abs().max() > 0
+    torch.testing.assert_close(rows[0, into_logits], plain[into_logits])
+    with pytest.raises(ValueError, match="grad_drop=True needs at least 2 layers"):
+        atp_star_scores(model, clean, corrupted, metric)
+    with pytest.raises(TypeError, match="grad_drop"):
+        atp_star_scores(model, clean, corrupted, metric, grad_drop="yes")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="progress"):
+        atp_star_scores(model, clean, corrupted, metric, grad_drop=False, progress=1)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="metric"):
+        atp_star_scores(model, clean, corrupted, "logit_diff", grad_drop=False)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="corrupted_tokens"):
+        atp_star_scores(model, clean, corrupted[:, :3], metric, grad_drop=False)
+    with pytest.raises(ValueError, match="zero gradient"):
+        atp_star_scores(model, clean, corrupted, lambda logits: logits.sum() * 0, grad_drop=False)

@@ -141,7 +141,9 @@ def _scores(
             # Phase 2: gradients, one copy per dropped layer.
             g = _gradients(model, graph, base, metric, chunk)
             reached |= g.reached
-            matrix = torch.zeros(len(chunk), len(graph.senders), len(graph.receivers), dtype=diff.dtype, device=diff.device)
+            matrix = torch.zeros(
+                len(chunk), len(graph.senders), len(graph.receivers), dtype=diff.dtype, device=diff.device
+            )
             # Phase 3: AtP on the edges into v inputs, MLPs and the logits.
             _atp(graph, g, rows, matrix)
             # Phase 4: the QK fix on the edges into q and k inputs.
@@ -222,10 +224,7 @@ def _gradients(model: GPT, graph: Graph, base: BaseRun, metric: Metric, drops: l
         x = base.resid[0].repeat(n_copies, 1, 1).detach().requires_grad_(True)
         logits = model(x, start_at_layer=0)
         total = torch.stack(
-            [
-                scalar_metric(metric, logits[i * n_batch : (i + 1) * n_batch], "AtP*", _HINT)
-                for i in range(n_copies)
-            ]
+            [scalar_metric(metric, logits[i * n_batch : (i + 1) * n_batch], "AtP*", _HINT) for i in range(n_copies)]
         ).sum()
         keys = list(kept)
         grads = torch.autograd.grad(total, [kept[k] for k in keys], allow_unused=True)
@@ -278,7 +277,9 @@ def _qk_fix(model: GPT, graph: Graph, base: BaseRun, diff: Tensor, g: _Grads, la
         for kind in "qk":
             W, b = getattr(attn, f"W_{kind.upper()}"), getattr(attn, f"b_{kind.upper()}")
             # The change of the head's q (k): shortformer positions and the bias cancel in the difference.
-            change = attn.project(new_in, W, b).reshape(n_s, n_batch, n_pos, n_heads, d_head) - attn.project(old_in, W, b)
+            change = attn.project(new_in, W, b).reshape(n_s, n_batch, n_pos, n_heads, d_head) - attn.project(
+                old_in, W, b
+            )
             if kind == "q":  # each query's whole row of logits changed; the exact softmax per row
                 new_scores = scores + torch.einsum("sbqhe,bkhe->sbhqk", change, k) / scale
                 moved = new_scores.softmax(-1) - pattern  # masked keys: -inf stays -inf, 0 stays 0
@@ -327,7 +328,11 @@ class _KeySide:
         """Row q's `pattern . grad` with key t's logit minus M equal to `ell` (`[.., b, h, q, t]`)."""
         big = ell > 0
         w = torch.exp(torch.where(big, -ell, ell))  # <= 1
-        n, o, g = self.n, self.o[:, None] if ell.ndim == 5 else self.o, self.grad[:, None] if ell.ndim == 5 else self.grad
+        n, o, g = (
+            self.n,
+            self.o[:, None] if ell.ndim == 5 else self.o,
+            self.grad[:, None] if ell.ndim == 5 else self.grad,
+        )
         value = torch.where(big, (o * w + g) / (n * w + 1), (o + w * g) / (n + w))
         return torch.where(self.single, torch.zeros_like(value), value)
 
