@@ -145,7 +145,7 @@ def test_atp_star_equals_the_brute_force_reference_edge_by_edge(toy):
     # rounding, so relative 1e-6 is the float32 result's margin, not the method's.
     want = reference(model, clean, corrupted, None)
     got = atp_star_scores(model, clean, corrupted, metric, grad_drop=False)
-    assert got.dtype == torch.float32 and got.shape == (Graph(cfg).n_edges,)
+    assert got.dtype == torch.float32 and got.shape == (Graph(cfg).n_edges,) and not got.requires_grad
     torch.testing.assert_close(got.double(), want, rtol=1e-6, atol=1e-9)
     assert (want[qk].abs() > 1e-3).float().mean() > 0.5  # the q / k edges carry something: the check can fail
     # GradDrop's terms: row l with layer l's attention and MLP outputs cut from the backward.

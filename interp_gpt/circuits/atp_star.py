@@ -129,7 +129,8 @@ def _scores(
     if hooked:
         warn_unbatched(hooked)
     per = 1 if hooked else max(1, ROWS_PER_FORWARD // (n_batch * n_pos))
-    diff = other.expand_as(base.senders) - base.senders  # [batch, pos, n_senders, d_model]
+    # Detached: a sender's output minus b_out carries the parameter's autograd graph.
+    diff = (other.expand_as(base.senders) - base.senders).detach()  # [batch, pos, n_senders, d_model]
     rows = diff.permute(2, 0, 1, 3).reshape(diff.shape[2], -1)  # [n_senders, batch * pos * d_model]
     out = torch.zeros(len(drops), graph.n_edges, dtype=diff.dtype, device=diff.device)
     s_idx, r_idx = graph.edge_sender.to(diff.device), graph.edge_receiver.to(diff.device)
@@ -144,11 +145,12 @@ def _scores(
             matrix = torch.zeros(
                 len(chunk), len(graph.senders), len(graph.receivers), dtype=diff.dtype, device=diff.device
             )
-            # Phase 3: AtP on the edges into v inputs, MLPs and the logits.
-            _atp(graph, g, rows, matrix)
-            # Phase 4: the QK fix on the edges into q and k inputs.
-            for layer in range(graph.n_layers):
-                _qk_fix(model, graph, base, diff, g, layer, matrix)
+            with torch.no_grad():
+                # Phase 3: AtP on the edges into v inputs, MLPs and the logits.
+                _atp(graph, g, rows, matrix)
+                # Phase 4: the QK fix on the edges into q and k inputs.
+                for layer in range(graph.n_layers):
+                    _qk_fix(model, graph, base, diff, g, layer, matrix)
             out[lo : lo + len(chunk)] = matrix[:, s_idx, r_idx]
             bar.update(len(chunk))
     finally:
