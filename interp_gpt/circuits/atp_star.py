@@ -232,8 +232,7 @@ def _gradients(model: GPT, graph: Graph, base: BaseRun, metric: Metric, drops: l
         grads = torch.autograd.grad(total, [kept[k] for k in keys], allow_unused=True)
     out.reached = gradient_reached(grads)
     for key, g in zip(keys, grads, strict=True):
-        t = kept[key] if g is None else g
-        g = torch.zeros_like(t) if g is None else g
+        g = torch.zeros_like(kept[key]) if g is None else g  # a receiver the metric does not reach: 0
         out.grads[key] = g.detach().reshape(n_copies, n_batch, *g.shape[1:])
     return out
 
