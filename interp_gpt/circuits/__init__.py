@@ -1,5 +1,5 @@
-"""Circuits: the model's edge graph, exact edge and path patching, and edge scores (EAP, EAP-IG,
-RelP, GIM).
+"""Circuits: the model's edge graph, exact edge and path patching, edge scores (EAP, EAP-IG, RelP, GIM,
+AtP*), and circuits as the MIB benchmark scores them (`circuits.mib`).
 
 The graph (`graph.py`) has the nodes circuit-finding tools count (the input, every head, every
 MLP, the logits) and an edge from each sender to each downstream receiver input (a head's q, k or
@@ -19,9 +19,11 @@ pass through its reconstruction); EAP / EAP-IG refuse a metric whose gradient is
 The modules, by job: `graph.py` (nodes, edges, names), `_inputs.py` (the checks every entry point
 shares, edge sets, the clean run), `_run.py` (the batched edge-patched forward on the model's own hook
 points, `run_edge_sets`), `patch.py` (`patch_edges`, `path_patch`, transformer-lens 4.3's
-`get_act_patch_direct_path*`), `scores.py` (`eap_scores`, `eap_ig_scores`, `exact_edge_scores`), `rules.py` and `estimators.py`
-(EAP with a modified backward: `relp_scores`, `gim_scores`), `circuit.py` (`Circuit`: top-k,
-threshold, `acdc`, pruning; `faithfulness`, `faithfulness_curve`).
+`get_act_patch_direct_path*`), `scores.py` (`eap_scores`, `eap_ig_scores`, `exact_edge_scores`), `rules.py` and
+`estimators.py` (EAP with a modified backward: `relp_scores`, `gim_scores`), `atp_star.py` (`atp_star_scores`:
+AtP*, EAP with the exact softmax for queries and keys and GradDrop), `circuit.py` (`Circuit`: top-k,
+threshold, `acdc`, pruning; `faithfulness`, `faithfulness_curve`); the `mib` subpackage (MIB's files,
+CPR / CMD, tasks).
 
 Example:
     >>> from interp_gpt.circuits import Graph, eap_scores, patch_edges
@@ -33,6 +35,7 @@ Example:
 
 from __future__ import annotations
 
+from .atp_star import atp_star_layer_scores, atp_star_scores
 from .circuit import Circuit, FaithfulnessCurve, acdc, faithfulness, faithfulness_curve
 from .estimators import gim_scores, relp_scores
 from .graph import Graph, Receiver
@@ -58,6 +61,8 @@ __all__ = [
     "exact_edge_scores",
     "relp_scores",
     "gim_scores",
+    "atp_star_scores",
+    "atp_star_layer_scores",
     "Circuit",
     "FaithfulnessCurve",
     "acdc",
