@@ -151,7 +151,10 @@ def save_mib_graph(
         node_scores: `[n_senders]` node scores (`Graph.node_scores`), for MIB's node level.
 
     Example:
-        >>> save_mib_graph("ioi_gpt2/importances.pt", model, eap_scores(model, clean, corrupted, metric))
+        >>> task = induction_task(model, n=4)
+        >>> scores = circuits.eap_scores(model, task.clean, task.corrupted, task.metric)
+        >>> save_mib_graph("ioi_gpt2/importances.pt", model, scores).name
+        'importances.pt'
     """
     caller = "save_mib_graph"
     graph = _graph_of(model, caller)
@@ -233,8 +236,12 @@ def load_mib_graph(path: str | Path, model: Any) -> MIBGraph:
     (`cfg`), an edge or node our graph lacks, an edge missing from a JSON file, a non-finite score.
 
     Example:
-        >>> g = load_mib_graph("ioi_gpt2/importances.json", model)
-        >>> mib_score(model, task, g)                       # CPR and CMD of its scores
+        >>> task = induction_task(model, n=4)
+        >>> path = save_mib_graph("ioi_gpt2/importances.json", model, circuits.eap_scores(model, task.clean, task.corrupted, task.metric))
+        >>> graph = load_mib_graph(path, model)
+        >>> graph.edge_scores.shape, graph.in_graph.any()
+        (torch.Size([110]), tensor(False))
+        >>> result = mib_score(model, task, graph, progress=False)      # CPR and CMD of its scores
     """
     caller = "load_mib_graph"
     graph = _graph_of(model, caller)
@@ -394,7 +401,10 @@ def save_mib_circuits(
     written whole or not at all.
 
     Example:
-        >>> save_mib_circuits("ioi_gpt2", model, eap_ig_scores(model, clean, corrupted, metric))
+        >>> task = induction_task(model, n=4)
+        >>> paths = save_mib_circuits("ioi_gpt2", model, circuits.eap_scores(model, task.clean, task.corrupted, task.metric))
+        >>> [p.name for p in paths][:3]
+        ['circuit_0.001.json', 'circuit_0.002.json', 'circuit_0.005.json']
     """
     caller = "save_mib_circuits"
     graph = _graph_of(model, caller)
@@ -418,7 +428,10 @@ def write_mib_submission(root: str | Path, entries: Mapping[str, Any], *, suffix
     the result before uploading.
 
     Example:
-        >>> write_mib_submission("eap-ig_submission", {"ioi_gpt2": (model, scores)})
+        >>> task = induction_task(model, n=4)
+        >>> scores = circuits.eap_scores(model, task.clean, task.corrupted, task.metric)
+        >>> write_mib_submission("eap_submission", {"ioi_gpt2": (model, scores), "mcqa_gpt2": (model, scores)}).name
+        'eap_submission'
     """
     caller = "write_mib_submission"
     if not isinstance(entries, Mapping) or not entries:
@@ -455,8 +468,11 @@ def check_mib_submission(root: str | Path, model: Any = None) -> list[str]:
     for the `_gpt2` folders), and MIB's rule of at least two models and two tasks.
 
     Example:
-        >>> check_mib_submission("eap-ig_submission")
-        ['MIB asks for circuits of at least 2 models; the folder has 1 (gpt2)', ...]
+        >>> task = induction_task(model, n=4)
+        >>> scores = circuits.eap_scores(model, task.clean, task.corrupted, task.metric)
+        >>> root = write_mib_submission("eap_submission", {"ioi_gpt2": (model, scores), "mcqa_gpt2": (model, scores)})
+        >>> check_mib_submission(root, model)
+        ['MIB asks for circuits of at least 2 models; the folder has 1 (gpt2)']
     """
     root = Path(root)
     if not root.is_dir():

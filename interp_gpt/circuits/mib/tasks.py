@@ -52,7 +52,8 @@ class Task:
         return int(self.clean.shape[0])
 
     def __repr__(self) -> str:
-        return f"Task({self.name!r}, {len(self)} prompts of up to {self.clean.shape[1]} tokens)"
+        n = len(self)
+        return f"Task({self.name!r}, {n} prompt pair{'' if n == 1 else 's'} of up to {self.clean.shape[1]} tokens)"
 
     @property
     def positions(self) -> list[int]:
@@ -86,7 +87,8 @@ class Task:
 
         Example:
             >>> Task.from_text(model, ["When Mary and Anna met, Anna thanked"], ["When Mary and Anna met, Mary thanked"],
-            ...                [(" Mary", " Anna")])
+            ...                [(" Mary", " Anna")], name="ioi")
+            Task('ioi', 1 prompt pair of up to 10 tokens)
         """
         caller = "Task.from_text"
         model = check_type(model, GPT, "model", "an interp_gpt GPT", caller)
@@ -152,7 +154,9 @@ def read_task(
     length naming the row. `n`: the first n rows (MIB's `--head`).
 
     Example:
-        >>> task = read_task("ioi_validation.jsonl", model, n=100)
+        >>> _ = Path("task.csv").write_text("clean,corrupted,correct_idx,incorrect_idx\\nThe cat sat,The dog sat,5,6\\n")
+        >>> read_task("task.csv", model)
+        Task('task', 1 prompt pair of up to 5 tokens)
     """
     caller = "read_task"
     path = Path(path)
@@ -273,6 +277,8 @@ def induction_task(model: GPT, n: int = 24, half: int = 6, seed: int = 0) -> Tas
 
     Example:
         >>> task = induction_task(model, n=16)
+        >>> task.clean.shape, task.answers.shape
+        (torch.Size([16, 12]), torch.Size([16, 2]))
     """
     caller = "induction_task"
     model = check_type(model, GPT, "model", "an interp_gpt GPT", caller)
@@ -322,6 +328,8 @@ def name_mover_task(model: GPT, n: int = 24, seed: int = 0) -> Task:
 
     Example:
         >>> task = name_mover_task(model, n=16)
+        >>> model.to_string(task.clean[0, 1 : task.lengths[0]])
+        'When Kutuzov and Napoleon went to the house, Napoleon gave a letter to'
     """
     caller = "name_mover_task"
     model = check_type(model, GPT, "model", "an interp_gpt GPT", caller)
