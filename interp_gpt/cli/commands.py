@@ -453,8 +453,8 @@ def _add_compare(sub: Any) -> None:
 
 def _add_delegated(sub: Any) -> None:
     """The subcommands whose options and run live beside the code they drive: each module's
-    `add_arguments` and its run function (attribute's and train-lens' also take the model loader,
-    and bring their own help, description and examples)."""
+    `add_arguments` and its run function (attribute's, train-lens' and mib's also take the model
+    loader and bring their own help, description and examples)."""
     from ..attribution import command as attribute
     from ..circuits.mib import command as mib
     from ..lenses import command as train_lens
@@ -518,40 +518,13 @@ def _add_delegated(sub: Any) -> None:
             sae_bench.EXAMPLES,
             sae_bench.add_arguments,
             sae_bench.run_command,
-        ),
-        (
-            "attribute",
-            attribute.HELP,
-            attribute.DESCRIPTION,
-            attribute.EXAMPLES,
-            attribute.add_arguments,
-            lambda args: attribute.run(args, _load),
-        ),
-        (
-            "mib-score",
-            mib.SCORE_HELP,
-            mib.SCORE_DESCRIPTION,
-            mib.SCORE_EXAMPLES,
-            mib.add_score_arguments,
-            lambda args: mib.run_score(args, _load),
-        ),
-        (
-            "mib-check",
-            mib.CHECK_HELP,
-            mib.CHECK_DESCRIPTION,
-            mib.CHECK_EXAMPLES,
-            mib.add_check_arguments,
-            lambda args: mib.run_check(args, _load),
-        ),
-        (
-            "train-lens",
-            train_lens.HELP,
-            train_lens.DESCRIPTION,
-            train_lens.EXAMPLES,
-            train_lens.add_arguments,
-            lambda args: train_lens.run(args, _load),
-        ),
+        ),  # fmt: skip
     ]
+    loaders = [("attribute", attribute), ("train-lens", train_lens)]  # their run takes the model loader too
+    table += [
+        (n, m.HELP, m.DESCRIPTION, m.EXAMPLES, m.add_arguments, lambda a, m=m: m.run(a, _load)) for n, m in loaders
+    ]
+    table += [(*entry[:5], lambda a, run=entry[5]: run(a, _load)) for entry in mib.SUBCOMMANDS]
     for name, help, description, examples, add_arguments, run in table:
         p = _subcommand(sub, name, help, description, examples)
         add_arguments(p)

@@ -21,6 +21,7 @@ __all__ = [
     "add_check_arguments",
     "run_score",
     "run_check",
+    "SUBCOMMANDS",
 ]
 
 # --method -> the scorer's name in interp_gpt.circuits (looked up when run)
@@ -143,3 +144,10 @@ def run_check(args: argparse.Namespace, load_model: Callable[[str], Any]) -> int
     if not problems:
         print(f"{args.folder}: nothing missing")
     return 1 if problems else 0
+
+
+# (name, help, description, examples, add_arguments, run(args, load_model)) for the interp-gpt parser
+SUBCOMMANDS = [
+    ("mib-score", SCORE_HELP, SCORE_DESCRIPTION, SCORE_EXAMPLES, add_score_arguments, run_score),
+    ("mib-check", CHECK_HELP, CHECK_DESCRIPTION, CHECK_EXAMPLES, add_check_arguments, run_check),
+]
