@@ -5,11 +5,12 @@ GPT-2-small-shaped model: each method's correlation with exact single-edge patch
     PYTHONPATH=. .venv/bin/python bench/mib_methods.py                 # both models (about 10 min, 1 thread)
     PYTHONPATH=. .venv/bin/python bench/mib_methods.py --quick         # tiny-gpt2 only, small tasks (~1 min)
 
-Methods: EAP, EAP-IG (5 steps), and, where this checkout has them, GIM, RelP and AtP* (with GradDrop).
+Methods: EAP, EAP-IG (5 steps), GIM, RelP, AtP* (with GradDrop, and without).
 "Exact" is `exact_edge_scores` (each edge patched alone, its metric change): on tiny-gpt2 over every edge;
 on the GPT-2-small-shaped model over a sample of edges (`--edges`, random plus the largest by EAP, so the
 correlation sees the edges that matter). Pearson correlations over all scored edges and over the edges
-out of MLP nodes (the RelP paper's comparison is on MLP outputs). Times: one run each after a warm-up, one
+out of MLP nodes (the RelP paper's comparison is on MLP outputs), and of |score| with |exact| over all
+(MIB ranks edges by magnitude; AtP* with GradDrop scores magnitudes only, so only this one applies). Times: one run each after a warm-up, one
 thread, the model's default batching. Writes a JSON and a markdown table (`--out`).
 """
 
@@ -106,17 +107,19 @@ def run_model(label: str, model: GPT, tasks: list[Task], n_edges: int, n_random:
             seconds = time.perf_counter() - t0
             result = mib_score(model, task, scores, progress=False)
             mlp = out_of_mlp[edges]
+            signed = not name.startswith("AtP*") or "no GradDrop" in name  # GradDrop's scores are magnitudes
             entry["methods"][name] = {
                 "time_s": seconds,
-                "corr_exact_all": pearson(scores[edges], exact[edges]),
-                "corr_exact_mlp_out": pearson(scores[edges][mlp], exact[edges][mlp]),
+                "corr_exact_all": pearson(scores[edges], exact[edges]) if signed else float("nan"),
+                "corr_exact_mlp_out": pearson(scores[edges][mlp], exact[edges][mlp]) if signed else float("nan"),
+                "corr_abs_all": pearson(scores[edges].abs(), exact[edges].abs()),
                 "cpr": result.cpr,
                 "cmd": result.cmd,
                 "faithfulness": [round(float(f), 4) for f in result.faithfulness],
             }
-            print(f"  {name:22s} {seconds:7.2f} s  corr {entry['methods'][name]['corr_exact_all']:+.3f} "
-                  f"(MLP out {entry['methods'][name]['corr_exact_mlp_out']:+.3f})  CPR {result.cpr:.4f}  CMD {result.cmd:.4f}",
-                  flush=True)  # fmt: skip
+            m = entry["methods"][name]
+            print(f"  {name:22s} {seconds:7.2f} s  corr {m['corr_exact_all']:+.3f} (MLP out {m['corr_exact_mlp_out']:+.3f}, "
+                  f"|.| {m['corr_abs_all']:+.3f})  CPR {result.cpr:.4f}  CMD {result.cmd:.4f}", flush=True)  # fmt: skip
         base = mib_random_baseline(model, task, n_samples=n_random, progress=False)
         entry["random"] = {"cpr_mean": base.cpr_mean, "cpr_std": base.cpr_std, "cmd_mean": base.cmd_mean,
                            "cmd_std": base.cmd_std, "samples": n_random}  # fmt: skip
@@ -126,16 +129,21 @@ def run_model(label: str, model: GPT, tasks: list[Task], n_edges: int, n_random:
     return rows
 
 
+def _r(x: float) -> str:
+    return "n/a" if x != x else f"{x:+.3f}"
+
+
 def table(results: list[dict[str, Any]]) -> str:
     lines = [
-        "| model | task | method | corr. with exact (all / out of MLPs) | CPR ↑ | CMD ↓ | time |",
+        "| model | task | method | r with exact: all / out of MLPs / \\|score\\| vs \\|exact\\| | CPR ↑ | CMD ↓ | time |",
         "|---|---|---|---|---|---|---|",
     ]
     for r in results:
         for task, e in r["tasks"].items():
             for name, m in e["methods"].items():
                 lines.append(
-                    f"| {r['model']} | {task} | {name} | {m['corr_exact_all']:+.3f} / {m['corr_exact_mlp_out']:+.3f} | "
+                    f"| {r['model']} | {task} | {name} | {_r(m['corr_exact_all'])} / {_r(m['corr_exact_mlp_out'])} / "
+                    f"{_r(m['corr_abs_all'])} | "
                     f"{m['cpr']:.4f} | {m['cmd']:.4f} | {m['time_s']:.2f} s |"
                 )
             rnd = e["random"]
