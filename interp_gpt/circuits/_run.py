@@ -198,11 +198,12 @@ class _Copies:
             if per_head
             else x.view(n_copies, n_batch, n_pos, d_model)
         )
-        index = (self.copy[idx].to(dev), self.heads_of[idx].to(dev)) if per_head else (self.copy[idx].to(dev),)
+        copies, heads = self.copy[idx].to(dev), self.heads_of[idx].to(dev)
+        index = (copies, heads) if per_head else (copies,)
         if fixed is not None:  # frozen: start from the base run's value of the receiver input
             xs[index] = fixed.expand(len(idx), n_batch, n_pos, d_model)
         n_heads = self.n_heads if per_head else 1
-        target = index[0] * n_heads + index[1] if per_head else index[0]
+        target = copies * n_heads + heads if per_head else copies
         sums = summed_rows(self.diff, self.pair_of_edge[idx].to(dev), target, n_copies * n_heads)
         xs += sums.view(xs.shape)
         return x
