@@ -339,7 +339,7 @@ FIGURES = {
     "02_attention_heads": 7,
     "03_cache_and_patch": 9,
     "04_induction_circuit_from_weights": 6,
-    "05_find_the_induction_circuit": 2,
+    "05_find_the_induction_circuit": 3,
     "06_sae_features": 3,
     "07_attribution_graphs": 2,
     "08_lenses_causal_steering": 6,
