@@ -300,7 +300,7 @@ class _Sources:
         enc = torch.zeros(self.n_active, self.fwd.inputs[0].shape[-1], dtype=self.readers.dtype)
         for layer in self.active[:, 0].unique().tolist():
             mask = self.active[:, 0] == layer
-            enc[mask] = self.readers.encoder(layer)[:, self.active[mask, 2]].T.detach()
+            enc[mask] = self.readers.encoder_columns(layer, self.active[mask, 2]).T.detach()
         return enc
 
     def rows(self, layers: Tensor, positions: Tensor, inject: Tensor) -> Tensor:
