@@ -4,9 +4,10 @@ Each part is what attribute.py allocates, phase by phase (sizes in bytes; B the 
 positions, L layers, d d_model, H heads, F each layer's d_sae, A the active features, N the graph's nodes):
 
     weights        the model's parameters and the transcoders' resident ones (a lazily loaded matrix: none)
-    forward        phase 1's forward pass of B copies, kept for the backward passes (what autograd saves per
-                   layer: 9 B P d values, the attention pattern B H P^2, the reshaped W_Q/W_K/W_V 3 d^2;
-                   counted on the model with saved-tensor hooks), and one layer's attention scores
+    forward        phase 1's forward pass of B copies, kept for the backward passes: per layer 5 B P d values
+                   (residual, LayerNorm outputs, keys, values, z) and the attention pattern B H P^2, plus
+                   3 B P d (embeddings, ln_final); fitted to the resident memory of the pass (bench/
+                   attribution_memory.py) over 2-4 layers, d_model 128-192, 4-8 heads, B 32-128, P 17-129
     features       the dense feature activations [L, P, F] twice (the list and its stack), the active
                    features' indices and values, the error vectors [L, P, d] and the logits [P, d_vocab]
     encoder_rows   [A, d_in]: each active feature's encoder row (phase 4's injections)
@@ -16,7 +17,8 @@ positions, L layers, d d_model, H heads, F each layer's d_sae, A the active feat
                    or the CSR matrix of the causal cones' non-zeros (sparse.py)
     transient      the largest short-lived piece beyond those: one backward pass (gradients at every layer,
                    [B, P, d] each, and the batch's rows), the influence ranking (two copies of the visited
-                   rows), the assembly, one layer's encoder read from a lazily loaded file
+                   rows), the assembly, one layer's encoder read from a lazily loaded file; and 4 MiB of
+                   small objects
 
 `total` is their sum. The active features are predicted: a TopK transcoder has k per position (the BOS's
 zeroed); others need `features_per_token` (their L0). `attribute(check_memory=True)` refuses, before any
@@ -48,6 +50,7 @@ from .sparse import cone_nonzeros, csr_bytes
 __all__ = ["MemoryEstimate", "available_bytes", "estimate_memory"]
 
 _GiB = 2**30
+_RUNTIME = 4 * 2**20  # Python's and the allocator's small objects of a call (measured: a few MiB)
 
 
 @dataclass(frozen=True)
@@ -219,8 +222,8 @@ def _estimate(
     N = n_active + n_fixed + n_logits
     direct = n_keep == n_active
     # forward: what autograd keeps of the B copies (counted with saved-tensor hooks), one layer's scores
-    forward = m * (9 * L * B * P * d + L * B * H * P * P + 3 * L * d * H * dh + 4 * B * P * d + 2 * L * B * P + B * P)
-    forward += L * P * P + m * B * H * P * P
+    forward = m * (5 * L * B * P * d + L * B * H * P * P + 3 * B * P * d + 3 * L * d * H * dh + 2 * L * B * P)
+    forward += L * P * P  # the causal masks
     features = 2 * L * P * s.d_sae * t + 28 * n_active + L * P * d * m + P * s.V * m
     encoder_rows = n_active * s.d_in * t
     n_dec = n_active * (L + 1) // 2 if s.clt else n_active  # a CLT's feature writes into its layer and later
@@ -244,7 +247,7 @@ def _estimate(
     if s.lazy_enc is not None:  # one layer's encoder read through its own map (a copy where transposed)
         lazy_read = s.d_in * s.d_sae * t * (2 if s.lazy_enc.transposed else 1)
     early = 2 * P * s.d_sae * t + lazy_read + n_dec * d * t - (encoder_rows + decoder_rows + adjacency)
-    transient = max(backward, influence, assembly, lazy_read, early, 0)
+    transient = max(backward, influence, assembly, lazy_read, early, 0) + _RUNTIME
     weights = s.model_bytes + s.tc_bytes
     on_device = ("weights", "forward", "features", "encoder_rows", "decoder_rows")
     return MemoryEstimate(
