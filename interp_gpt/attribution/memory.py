@@ -304,10 +304,14 @@ def refuse_if_short(
     advice = " or ".join(options) if options else "a shorter prompt (no batch_size or max_feature_nodes fits)"
     need, free = _short(first)
     raise ValueError(
-        f"{caller}: this run needs about {need / _GiB:.2f} GiB ({first.n_features} active features, "
-        f"batch_size={batch_size}, max_feature_nodes={max_feature_nodes}) and {free / _GiB:.2f} GiB are available: "
-        f"pass {advice}, or check_memory=False to run anyway\n{first}"
+        f"{caller}: this run needs about {_size(need)} ({first.n_features} active features, batch_size={batch_size}, "
+        f"max_feature_nodes={max_feature_nodes}) and {_size(free)} are available: pass {advice}, or "
+        f"check_memory=False to run anyway\n{first}"
     )
+
+
+def _size(n: int) -> str:
+    return f"{n / _GiB:.2f} GiB" if n >= _GiB else f"{n / 2**20:.1f} MiB"
 
 
 def fits(est: MemoryEstimate) -> bool:
