@@ -163,7 +163,9 @@ def main(argv: list[str] | None = None) -> int:
                     w = f"{row['weights_estimate'] / 2**20:.0f}/{row['weights_measured'] / 2**20:.0f}"
                     r = f"{row['work_ratio']:.2f}" if row["work_ratio"] else "-"
                     pk = f"{row['peak_estimate'] / 2**20:.0f}/{row['peak_measured'] / 2**20:.0f}"
-                    print(f"{key:<34} {w:>22} {row['work_estimate'] / 2**20:>9.1f}/{meas / 2**20:<9.1f} {r:>6} {pk:>18}")
+                    print(
+                        f"{key:<34} {w:>22} {row['work_estimate'] / 2**20:>9.1f}/{meas / 2**20:<9.1f} {r:>6} {pk:>18}"
+                    )
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2))
     return 0

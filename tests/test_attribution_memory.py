@@ -67,7 +67,9 @@ def same_graph(a: torch.Tensor, b: torch.Tensor) -> None:
 # ----------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("fmt", ["saelens", "circuit-tracer"])
 @pytest.mark.parametrize("lazy", [None, True])
-def test_a_random_topk_set_on_disk_gives_the_same_graph_lazy_and_eager(tiny_model: GPT, tmp_path: Path, fmt, lazy) -> None:  # type: ignore[no-untyped-def]
+def test_a_random_topk_set_on_disk_gives_the_same_graph_lazy_and_eager(
+    tiny_model: GPT, tmp_path: Path, fmt, lazy
+) -> None:  # type: ignore[no-untyped-def]
     folder = save_transcoders(topk_set(tiny_model.cfg.d_model, tiny_model.cfg.n_layers), tmp_path / "tcs", format=fmt)
     eager = load_transcoders(folder, lazy=False)
     mapped = load_transcoders(folder, lazy=lazy)
@@ -160,7 +162,9 @@ def test_the_estimate_grows_with_batch_length_and_width(tiny_model: GPT, tmp_pat
     tcs = topk_set(d, n)
 
     def est(length: int = 10, batch: int = 4, width: int = 48, **kw):  # type: ignore[no-untyped-def]
-        return estimate_memory(tiny_model, tcs if width == 48 else topk_set(d, n, width), length, batch_size=batch, **kw)
+        return estimate_memory(
+            tiny_model, tcs if width == 48 else topk_set(d, n, width), length, batch_size=batch, **kw
+        )
 
     small, wide = est(), est(width=96)
     assert est(batch=8).forward > small.forward and est(batch=8).adjacency == small.adjacency
@@ -183,13 +187,18 @@ def test_the_estimate_grows_with_batch_length_and_width(tiny_model: GPT, tmp_pat
 def test_bad_input_to_the_estimate_is_named(tiny_model: GPT) -> None:
     tcs = topk_set(tiny_model.cfg.d_model, tiny_model.cfg.n_layers)
     n_ctx = tiny_model.cfg.n_ctx
-    with pytest.raises(ValueError, match=rf"prompt_length={n_ctx + 1} is longer than the model's context, n_ctx={n_ctx}"):
+    with pytest.raises(
+        ValueError, match=rf"prompt_length={n_ctx + 1} is longer than the model's context, n_ctx={n_ctx}"
+    ):
         estimate_memory(tiny_model, tcs, n_ctx + 1)
     with pytest.raises(ValueError, match=r"batch_size=0 is out of range"):
         estimate_memory(tiny_model, tcs, 10, batch_size=0)
     with pytest.raises(ValueError, match=r"prompt_length=0 is out of range"):
         estimate_memory(tiny_model, tcs, 0)
-    relu = [Transcoder(TranscoderConfig(**{**t.cfg.__dict__, "architecture": "relu", "k": None, "nonnegative_acts": True})) for t in tcs]
+    relu = [
+        Transcoder(TranscoderConfig(**{**t.cfg.__dict__, "architecture": "relu", "k": None, "nonnegative_acts": True}))
+        for t in tcs
+    ]
     with pytest.raises(ValueError, match=r"features_per_token=None: the transcoders are relu, not TopK"):
         estimate_memory(tiny_model, relu, 10)
     assert estimate_memory(tiny_model, relu, 10, features_per_token=3).n_features == 3 * 10 * len(tcs)
@@ -199,7 +208,9 @@ def test_attribute_refuses_a_run_that_does_not_fit_naming_what_does(tiny_model: 
     tcs = topk_set(tiny_model.cfg.d_model, tiny_model.cfg.n_layers)
     room = estimate_memory(tiny_model, tcs, len(TOKENS), batch_size=3).work + 1  # batch 3 fits, 16 does not
     monkeypatch.setattr(memory_module, "available_bytes", lambda device="cpu": room)
-    with pytest.raises(ValueError, match=r"attribute: this run needs about .* batch_size=16.*pass batch_size=(\d+)") as e:
+    with pytest.raises(
+        ValueError, match=r"attribute: this run needs about .* batch_size=16.*pass batch_size=(\d+)"
+    ) as e:
         attribute(tiny_model, TOKENS, tcs, batch_size=16)
     assert "check_memory=False" in str(e.value) and "forward" in str(e.value)  # the estimate's parts
     batch = int(re.search(r"pass batch_size=(\d+)", str(e.value)).group(1))  # type: ignore[union-attr]
@@ -210,7 +221,9 @@ def test_attribute_refuses_a_run_that_does_not_fit_naming_what_does(tiny_model: 
     tokens = torch.arange(30) + 3
     room = estimate_memory(tiny_model, tcs, 30, batch_size=1, max_feature_nodes=40).work + 1
     monkeypatch.setattr(memory_module, "available_bytes", lambda device="cpu": room)
-    with pytest.raises(ValueError, match=r"max_feature_nodes=None\) .* pass max_feature_nodes=(\d+), or check_memory") as e:
+    with pytest.raises(
+        ValueError, match=r"max_feature_nodes=None\) .* pass max_feature_nodes=(\d+), or check_memory"
+    ) as e:
         attribute(tiny_model, tokens, tcs, batch_size=1)
     nodes = int(re.search(r"pass max_feature_nodes=(\d+)", str(e.value)).group(1))  # type: ignore[union-attr]
     assert 40 <= nodes < 120

@@ -201,7 +201,12 @@ class _Shapes:
         self.model_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
         module = readers.clt if readers.clt is not None else readers.plts[0]  # type: ignore[index]
         c = module.cfg  # type: ignore[union-attr]
-        self.arch, self.k, self.d_sae, self.d_in = c.architecture, c.k if c.architecture == "topk" else None, c.d_sae, c.d_in
+        self.arch, self.k, self.d_sae, self.d_in = (
+            c.architecture,
+            c.k if c.architecture == "topk" else None,
+            c.d_sae,
+            c.d_in,
+        )
         self.t = readers.dtype.itemsize
         self.clt = readers.clt is not None
         mods = [readers.clt] if readers.clt is not None else list(readers.plts or [])

@@ -213,7 +213,9 @@ def run_forward(model: Any, tokens: Tensor, readers: Readers, batch: int, zero_p
         for acts in activations:
             acts[zero_positions] = 0
         recons = readers.reconstructions(activations, clean_x)
-        errors = torch.stack([outs[layer][0].detach() - recons[layer].to(outs[layer].dtype) for layer in range(n_layers)])
+        errors = torch.stack(
+            [outs[layer][0].detach() - recons[layer].to(outs[layer].dtype) for layer in range(n_layers)]
+        )
         del recons
         errors[:, zero_positions] = 0
     return ForwardPass(xs, outs, embeds[0], final, logits, activations, errors)

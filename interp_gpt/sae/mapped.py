@@ -82,11 +82,16 @@ def map_safetensors(path: str | os.PathLike[str]) -> tuple[dict[str, Tensor], di
         raise CheckpointError(f"{p}: not a readable safetensors file ({e})") from e
     out = {}
     for name, dtype, shape, start, item in specs:
+        strides = [1] * len(shape)
+        for i in range(len(shape) - 2, -1, -1):
+            strides[i] = strides[i + 1] * shape[i + 1]
         if start % item:  # not aligned for a view: a copy of its bytes (safetensors aligns them)
-            raw = torch.empty(0, dtype=torch.uint8).set_(storage, start, (int(torch.Size(shape).numel()) * item,))
+            n = int(torch.Size(shape).numel()) * item
+            raw = torch.empty(0, dtype=torch.uint8).set_(storage, start, (n,), (1,))  # type: ignore[call-overload, arg-type]
             out[name] = raw.clone().view(dtype).reshape(shape)
         else:
-            out[name] = torch.empty(0, dtype=dtype).set_(storage, start // item, shape)
+            view = torch.empty(0, dtype=dtype).set_(storage, start // item, shape, strides)  # type: ignore[call-overload, arg-type]
+            out[name] = view
     return out, dict(meta)
 
 

@@ -47,7 +47,6 @@ from torch import Tensor
 
 from ...checkpoints.sources import CheckpointError, config_digest
 from ...files import atomic_folder, atomic_path
-from ..mapped import FileWeight, MappedState, map_safetensors
 from ..common import (
     CFG_FILENAME,
     DIGEST_KEY,
@@ -63,6 +62,7 @@ from ..common import (
 from ..common import (
     cast_state as cast_state,
 )
+from ..mapped import FileWeight, MappedState, map_safetensors
 from .config import PROCESSING_KEY, TranscoderConfig, parse_processing, transcoder_shapes
 from .folders import check_replaceable
 
@@ -287,6 +287,7 @@ def read_circuit_tracer(path: Path, device: str | torch.device = "cpu", lazy: bo
     for layer, file in sorted(_ct_files(config, folder, cfg_path)):
         if not file.is_file():
             raise FileNotFoundError(f"{cfg_path}: layer {layer}'s file {str(file)!r} does not exist")
+        state: dict[str, Tensor]
         if lazy is not False:  # W_enc is stored [d_sae, d_in]: lazily, the transcoder holds a transposed view
             files = {"W_dec": FileWeight(str(file), "W_dec")}
             enc = FileWeight(str(file), "W_enc", transposed=True)
