@@ -392,11 +392,7 @@ def check_tensors(
         parts.append(f"mis-shaped {', '.join(wrong)}" if wrong else "")
         raise CheckpointError(f"{where}: {what}" + "; ".join(p for p in parts if p))
     files = getattr(state, "files", {})  # a MappedState: those tensors' values are read through a fresh map
-    bad = [
-        k
-        for k, v in state.items()
-        if k not in files and (not v.is_floating_point() or not bool(torch.isfinite(v).all()))
-    ]
+    bad = [k for k, v in state.items() if k not in files and not (v.is_floating_point() and v.isfinite().all())]
     if bad:
         raise CheckpointError(f"{where}: tensor {bad[0]!r} holds non-finite (or non-float) values")
     for f in files.values():
