@@ -65,8 +65,8 @@ def attribute(
     batch_size: int | None = None,
     update_interval: int = 4,
     sparse: bool | None = None,
-    check_memory: bool = True,
     verbose: bool = False,
+    check_memory: bool = True,
 ) -> AttributionGraph:
     """The attribution graph of `prompt`'s next token (see the module's docs for the phases).
 
@@ -92,10 +92,10 @@ def attribute(
             or dense. None: dense where the dense matrices fit the memory available, else sparse. Only a
             graph with every active feature a node is built sparse: sparse=True with max_feature_nodes below
             the number of active features is refused (that graph is small: its rows are the kept nodes').
+        verbose: a progress bar over the feature targets.
         check_memory: refuse, before any work, a run whose estimated peak (`estimate_memory`, memory.py)
             exceeds the memory available, naming a batch_size and a max_feature_nodes that fit (checked
             again after the forward pass, with the active features known); False: run anyway.
-        verbose: a progress bar over the feature targets.
     """
     model, tokens, readers = prepare(model, prompt, transcoders, _CALLER)
     if tokens.is_inference():  # made in an inference block: it cannot be saved for the backward passes

@@ -273,6 +273,7 @@ class Transcoder(CoderHookPoints, nn.Module):
         path: str | Path,
         device: str | torch.device = "cpu",
         dtype: str | torch.dtype | None = None,
+        *,
         lazy: bool | None = None,
     ) -> Transcoder:
         """Load one transcoder: a sae-lens folder (cfg.json + sae_weights.safetensors), or any path
