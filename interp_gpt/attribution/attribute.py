@@ -94,8 +94,9 @@ def attribute(
             the number of active features is refused (that graph is small: its rows are the kept nodes').
         verbose: a progress bar over the feature targets.
         check_memory: refuse, before any work, a run whose estimated peak (`estimate_memory`, memory.py)
-            exceeds the memory available, naming a batch_size and a max_feature_nodes that fit (checked
-            again after the forward pass, with the active features known); False: run anyway.
+            exceeds the memory available, naming a batch_size and a max_feature_nodes that fit (the
+            adjacency is checked again after the forward pass, with the active features known: a transcoder
+            not TopK has them unknown before); False: run anyway (sparse=None still picks the layout).
     """
     model, tokens, readers = prepare(model, prompt, transcoders, _CALLER)
     if tokens.is_inference():  # made in an inference block: it cannot be saved for the backward passes

@@ -284,7 +284,8 @@ def refuse_if_short(
 ) -> MemoryEstimate | None:
     """`attribute(check_memory=True)`'s check before any work: refuse, naming a `batch_size` and a
     `max_feature_nodes` that fit, a run whose estimate exceeds the memory available (the active features
-    of a transcoder not TopK are unknown yet: counted as none, checked again after the forward pass)."""
+    of a transcoder not TopK are unknown yet: counted as none; attribute checks the adjacency again after the
+    forward pass)."""
     shapes = _Shapes(model, readers)
     zeroed = len(range(n_pos)[bos_positions(model)])
     n_active = (shapes.k or 0) * (n_pos - zeroed) * shapes.L
