@@ -249,10 +249,18 @@ def _estimate(
     influence = 0 if direct else 8 * (n_keep + n_logits) * N
     assembly = 0 if direct else 4 * n_keep * N
     lazy_read = 0
-    if s.lazy_enc is not None:  # one layer's encoder read through its own map (a copy where transposed)
+    if s.lazy_enc is not None:  # phase 1: one layer's encoder read through its own map (a copy where transposed)
         lazy_read = s.d_in * s.d_sae * t * (2 if s.lazy_enc.transposed else 1)
-    early = 2 * P * s.d_sae * t + lazy_read + n_dec * d * t - (encoder_rows + decoder_rows + adjacency)
-    transient = max(backward, influence, assembly, lazy_read, early, 0) + _RUNTIME
+    # phase 1's and the decoder rows' peaks, over what is held later (the stacked activations not made yet)
+    early = (
+        2 * P * s.d_sae * t
+        + lazy_read
+        + n_dec * d * t
+        - (L * P * s.d_sae * t + encoder_rows + decoder_rows + adjacency)
+    )
+    # phase 4's encoder columns from a lazily loaded file in sae-lens' layout [d_in, d_sae]: every page of a layer
+    columns = s.d_in * s.d_sae * t if s.lazy_enc is not None and not s.lazy_enc.transposed else 0
+    transient = max(backward, influence, assembly, early, columns, 0) + _RUNTIME
     weights = s.model_bytes + s.tc_bytes
     on_device = ("weights", "forward", "features", "encoder_rows", "decoder_rows")
     return MemoryEstimate(

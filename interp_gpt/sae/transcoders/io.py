@@ -288,11 +288,13 @@ def read_circuit_tracer(path: Path, device: str | torch.device = "cpu", lazy: bo
         if not file.is_file():
             raise FileNotFoundError(f"{cfg_path}: layer {layer}'s file {str(file)!r} does not exist")
         state: dict[str, Tensor]
-        if lazy is not False:  # W_enc is stored [d_sae, d_in]: lazily, the transcoder holds a transposed view
-            files = {"W_dec": FileWeight(str(file), "W_dec")}
+        if lazy is not False or torch.device(device).type == "cpu":
+            # W_enc is stored [d_sae, d_in]: lazy=True holds a transposed view of the map; else it is read
+            # contiguous through a map of its own (the file's map keeps no page of it: never held twice)
+            files = {"W_dec": FileWeight(str(file), "W_dec")} if lazy is not False else {}
             enc = FileWeight(str(file), "W_enc", transposed=True)
             state = MappedState(map_safetensors(file)[0], {**files, "W_enc": enc} if lazy else files)
-            if not lazy:  # read contiguous through a map of its own (the set's map keeps no page of it)
+            if not lazy:
                 state["W_enc"] = enc.read().mT if state["W_enc"].ndim == 2 else state["W_enc"]
         else:
             state, _ = read_safetensors(file, device)
