@@ -6,8 +6,9 @@ positions, L layers, d d_model, H heads, F each layer's d_sae, A the active feat
     weights        the model's parameters and the transcoders' resident ones (a lazily loaded matrix: none)
     forward        phase 1's forward pass of B copies, kept for the backward passes: per layer 5 B P d values
                    (residual, LayerNorm outputs, keys, values, z) and the attention pattern B H P^2, plus
-                   3 B P d (embeddings, ln_final); fitted to the resident memory of the pass (bench/
-                   attribution_memory.py) over 2-4 layers, d_model 128-192, 4-8 heads, B 32-128, P 17-129
+                   3 B P d (embeddings, ln_final) and one d^2 copy of a weight per layer; fitted to the
+                   resident memory of the pass over 2-4 layers, d_model 128-192, 4-8 heads, B 32-128,
+                   P 17-129, and checked on GPT-2 small's shape (bench/attribution_memory.py)
     features       the dense feature activations [L, P, F] twice (the list and its stack), the active
                    features' indices and values, the error vectors [L, P, d] and the logits [P, d_vocab]
     encoder_rows   [A, d_in]: each active feature's encoder row (phase 4's injections)
@@ -227,7 +228,7 @@ def _estimate(
     N = n_active + n_fixed + n_logits
     direct = n_keep == n_active
     # forward: what autograd keeps of the B copies (counted with saved-tensor hooks), one layer's scores
-    forward = m * (5 * L * B * P * d + L * B * H * P * P + 3 * B * P * d + 3 * L * d * H * dh + 2 * L * B * P)
+    forward = m * (5 * L * B * P * d + L * B * H * P * P + 3 * B * P * d + L * d * H * dh + 2 * L * B * P)
     forward += L * P * P  # the causal masks
     features = 2 * L * P * s.d_sae * t + 28 * n_active + L * P * d * m + P * s.V * m
     encoder_rows = n_active * s.d_in * t
