@@ -116,8 +116,10 @@ def attribute(
     fwd = run_forward(model, tokens, readers, batch_size, bos_positions(model))
     n_layers, n_pos = model.cfg.n_layers, tokens.shape[0]
     acts = torch.stack(fwd.activations)  # [n_layers, pos, d_sae]
+    fwd.activations.clear()  # the dense activations are not held past here (only the active ones)
     active = acts.nonzero()  # [n_active, 3] (layer, pos, feature), in that order
     values = acts[tuple(active.T)]
+    del acts
     n_active = active.shape[0]
     sources = _Sources(model, readers, fwd, active, values)
 

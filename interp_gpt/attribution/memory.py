@@ -9,17 +9,17 @@ positions, L layers, d d_model, H heads, F each layer's d_sae, A the active feat
                    3 B P d (embeddings, ln_final) and one d^2 copy of a weight per layer; fitted to the
                    resident memory of the pass over 2-4 layers, d_model 128-192, 4-8 heads, B 32-128,
                    P 17-129, and checked on GPT-2 small's shape (bench/attribution_memory.py)
-    features       the dense feature activations [L, P, F] twice (the list and its stack), the active
-                   features' indices and values, the error vectors [L, P, d] and the logits [P, d_vocab]
+    features       the active features' indices and values, the error vectors [L, P, d] and the logits
+                   [P, d_vocab] (the dense activations [L, P, F] live in phase 1 only: see transient)
     encoder_rows   [A, d_in]: each active feature's encoder row (phase 4's injections)
     decoder_rows   each active feature's scaled decoder rows (a CLT's into every later layer too) and the
                    per-batch buffer of their dot products [B, rows]
     adjacency      dense [N, N] (every feature a node), the visited rows plus the assembled graph (a subset),
                    or the CSR matrix of the causal cones' non-zeros (sparse.py)
-    transient      the largest short-lived piece beyond those: one backward pass (gradients at every layer,
-                   [B, P, d] each, and the batch's rows), the influence ranking (two copies of the visited
-                   rows), the assembly, one layer's encoder read from a lazily loaded file; and 4 MiB of
-                   small objects
+    transient      the largest short-lived piece beyond those: phase 1's dense activations [L, P, F] (the list
+                   and its stack) with one layer's encoder read from a lazily loaded file; one backward pass
+                   (gradients at every layer, [B, P, d] each, and the batch's rows); the influence ranking
+                   (two copies of the visited rows); the assembly; and 4 MiB of small objects
 
 `total` is their sum. The active features are predicted: a TopK transcoder has k per position (the BOS's
 zeroed); others need `features_per_token` (their L0). `attribute(check_memory=True)` refuses, before any
@@ -230,7 +230,7 @@ def _estimate(
     # forward: what autograd keeps of the B copies (counted with saved-tensor hooks), one layer's scores
     forward = m * (5 * L * B * P * d + L * B * H * P * P + 3 * B * P * d + L * d * H * dh + 2 * L * B * P)
     forward += L * P * P  # the causal masks
-    features = 2 * L * P * s.d_sae * t + 28 * n_active + L * P * d * m + P * s.V * m
+    features = 28 * n_active + L * P * d * m + P * s.V * m
     encoder_rows = n_active * s.d_in * t
     n_dec = n_active * (L + 1) // 2 if s.clt else n_active  # a CLT's feature writes into its layer and later
     decoder_rows = n_dec * d * t + 4 * B * n_dec
@@ -252,13 +252,10 @@ def _estimate(
     lazy_read = 0
     if s.lazy_enc is not None:  # phase 1: one layer's encoder read through its own map (a copy where transposed)
         lazy_read = s.d_in * s.d_sae * t * (2 if s.lazy_enc.transposed else 1)
-    # phase 1's and the decoder rows' peaks, over what is held later (the stacked activations not made yet)
-    early = (
-        2 * P * s.d_sae * t
-        + lazy_read
-        + n_dec * d * t
-        - (L * P * s.d_sae * t + encoder_rows + decoder_rows + adjacency)
-    )
+    # phase 1's peak and the decoder rows' (a copy while sorted), over what is held later
+    dense_acts = L * P * s.d_sae * t  # phase 1: the list, one more layer's pre-activations, then the stack
+    phase1 = max(dense_acts + 2 * P * s.d_sae * t + lazy_read, 2 * dense_acts)
+    early = max(phase1 - (encoder_rows + decoder_rows + adjacency), n_dec * d * t - (encoder_rows + adjacency))
     # phase 4's encoder columns from a lazily loaded file in sae-lens' layout [d_in, d_sae]: every page of a layer
     columns = s.d_in * s.d_sae * t if s.lazy_enc is not None and not s.lazy_enc.transposed else 0
     transient = max(backward, influence, assembly, early, columns, 0) + _RUNTIME
