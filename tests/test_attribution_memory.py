@@ -231,3 +231,17 @@ def test_attribute_refuses_a_run_that_does_not_fit_naming_what_does(tiny_model: 
     assert attribute(tiny_model, tokens, tcs, batch_size=1, max_feature_nodes=nodes).n_features == nodes
     with pytest.raises(TypeError, match=r"check_memory='no': expected True or False"):
         attribute(tiny_model, TOKENS, tcs, check_memory="no")  # type: ignore[arg-type]
+
+
+def test_the_module_examples_run(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    import doctest
+
+    from interp_gpt.attribution import memory
+    from interp_gpt.sae import mapped
+
+    monkeypatch.chdir(tmp_path)  # mapped's example writes w.safetensors
+    runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
+    for module in (memory, mapped):
+        for test in doctest.DocTestFinder(recurse=False).find(module):
+            runner.run(test)
+    assert runner.failures == 0 and runner.tries >= 6

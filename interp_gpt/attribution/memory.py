@@ -30,7 +30,7 @@ Example (tiny-gpt2 and its shipped transcoders):
     >>> from interp_gpt import GPT
     >>> from interp_gpt.sae.training import shipped_transcoders
     >>> model = GPT.from_pretrained("tiny-gpt2")
-    >>> est = estimate_memory(model, shipped_transcoders(model), prompt_length=9)
+    >>> est = estimate_memory(model, shipped_transcoders(model), prompt_length=9, features_per_token=20)
     >>> est.total == sum(est.parts().values())
     True
 """
