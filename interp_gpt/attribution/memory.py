@@ -253,8 +253,10 @@ def _estimate(
     if s.lazy_enc is not None:  # phase 1: one layer's encoder read through its own map (a copy where transposed)
         lazy_read = s.d_in * s.d_sae * t * (2 if s.lazy_enc.transposed else 1)
     # phase 1's peak and the decoder rows' (a copy while sorted), over what is held later
+    # phase 1's reconstructions from lazily loaded decoders: a layer's (a CLT's: a slice's pages, one a row)
+    recon_read = s.d_sae * (d * t + (4096 if s.clt else 0)) if s.lazy_dec else 0
     dense_acts = L * P * s.d_sae * t  # phase 1: the list, one more layer's pre-activations, then the stack
-    phase1 = max(dense_acts + 2 * P * s.d_sae * t + lazy_read, 2 * dense_acts)
+    phase1 = max(dense_acts + 2 * P * s.d_sae * t + lazy_read, dense_acts + recon_read, 2 * dense_acts)
     early = max(phase1 - (encoder_rows + decoder_rows + adjacency), n_dec * d * t - (encoder_rows + adjacency))
     # phase 4's encoder columns from a lazily loaded file in sae-lens' layout [d_in, d_sae]: every page of a layer
     columns = s.d_in * s.d_sae * t if s.lazy_enc is not None and not s.lazy_enc.transposed else 0

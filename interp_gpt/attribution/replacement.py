@@ -107,8 +107,8 @@ class Readers:
 
     def reconstructions(self, acts: list[Tensor], xs: list[Tensor], only: int | None = None) -> list[Tensor]:
         """Every layer's predicted MLP output (`xs[l]`: layer l's input), or only layer `only`'s (a list of
-        it alone). A lazy CLT reads each decoder file once, adding its terms into every layer it writes
-        in CrossLayerTranscoder._decode's order (the same sums, bit for bit)."""
+        it alone). A lazy CLT reads each decoder file a slice at a time, adding its terms into every layer it
+        writes in CrossLayerTranscoder._decode's order (the same sums, bit for bit)."""
         n = self.n_layers
         layers = range(n) if only is None else [only]
         if self.plts is not None:
@@ -119,11 +119,11 @@ class Readers:
         partial: list[Any] = [0] * n  # sum(...) starts from 0, as CrossLayerTranscoder._decode's
         for s in range(top + 1):
             f = self.file(s, "W_dec")
-            w = f.read() if f is not None else clt.W_dec[s]  # [d_sae, n - s, d_out]
             for m in layers:
-                if m >= s:
+                if m >= s:  # a lazy decoder through a fresh map per slice: only that slice's pages are read
+                    w = f.read() if f is not None else clt.W_dec[s]  # [d_sae, n - s, d_out]
                     partial[m] = partial[m] + acts[s] @ w[:, m - s]
-            del w
+                    del w
         out = []
         for m in layers:
             y = clt.b_dec[m] + partial[m]
