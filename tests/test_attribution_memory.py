@@ -245,3 +245,14 @@ def test_the_module_examples_run(tmp_path: Path, monkeypatch) -> None:  # type: 
         for test in doctest.DocTestFinder(recurse=False).find(module):
             runner.run(test)
     assert runner.failures == 0 and runner.tries >= 6
+
+
+def test_the_command_refuses_in_one_line_unless_told_to_go_on(capsys, tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from interp_gpt.cli import main
+
+    monkeypatch.setattr(memory_module, "available_bytes", lambda device="cpu": 1)
+    argv = ["attribute", "tiny-gpt2", PROMPT, "--transcoders", "shipped", "--out", str(tmp_path / "g.html")]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "this run needs about" in err and "check_memory=False" in err and len(err.strip().splitlines()) == 1
+    assert main([*argv, "--no-check-memory"]) == 0 and (tmp_path / "g.html").is_file()

@@ -317,10 +317,11 @@ def refuse_if_short(
         options.append(f"batch_size=1 with max_feature_nodes={both}")
     advice = " or ".join(options) if options else "a shorter prompt (no batch_size or max_feature_nodes fits)"
     need, free = _short(first)
+    parts = ", ".join(f"{k} {_size(v)}" for k, v in first.parts().items() if k != "weights")
     raise ValueError(
         f"{caller}: this run needs about {_size(need)} ({first.n_features} active features, batch_size={batch_size}, "
         f"max_feature_nodes={max_feature_nodes}) and {_size(free)} are available: pass {advice}, or "
-        f"check_memory=False to run anyway\n{first}"
+        f"check_memory=False to run anyway (the estimate: {parts})"
     )
 
 
