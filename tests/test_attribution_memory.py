@@ -109,6 +109,9 @@ def test_a_topk_skip_clt_on_disk_gives_the_same_graph_lazy_and_eager(tiny_model:
     for kw in ({}, {"max_feature_nodes": 15}):
         same_graph(attribute(tiny_model, TOKENS, lazy, **kw).adjacency_matrix,
                    attribute(tiny_model, TOKENS, eager, **kw).adjacency_matrix)  # fmt: skip
+    est_lazy, est_eager = (estimate_memory(tiny_model, c, len(TOKENS)) for c in (lazy, eager))
+    assert est_lazy.n_features == attribute(tiny_model, TOKENS, lazy).active_features.shape[0] == 5 * 10 * n
+    assert est_eager.weights - est_lazy.weights == sum(w.nbytes for w in eager.W_dec)  # the decoders stay on disk
 
 
 def test_weights_changed_after_a_lazy_load_are_read_from_memory(tiny_model: GPT, tmp_path: Path) -> None:
