@@ -11,6 +11,9 @@
     >>> to_json(graph, "graph.json", slug="my-prompt", tokenizer=model.tokenizer, scan="my-transcoders")
     >>> logits, activations = feature_intervention(model, prompt, transcoders, [(1, -1, 3, 5.0)])
 
+`estimate_memory(model, transcoders, prompt_length, batch_size=...)` gives the peak memory a call will take,
+part by part, before running it (see `memory.py`); `attribute` refuses a run that would not fit.
+
 `qk_attribution(model, prompt, transcoders, layer, head, query_pos, key_pos)` splits a head's attention
 score at (query, key) into query-side and key-side terms (see `qk.py`):
 
@@ -27,6 +30,7 @@ from .attribute import attribute
 from .graph import AttributionGraph, LogitTarget
 from .graph_json import to_json
 from .intervention import feature_intervention, feature_intervention_generate
+from .memory import MemoryEstimate, estimate_memory
 from .prune import PruneResult, compute_graph_scores, prune_graph
 from .qk import QKAttribution, QKTerm, qk_attribution
 from .viewer import graph_page
@@ -35,6 +39,8 @@ __all__ = [
     "AttributionGraph",
     "LogitTarget",
     "attribute",
+    "MemoryEstimate",
+    "estimate_memory",
     "PruneResult",
     "compute_graph_scores",
     "feature_intervention",

@@ -40,6 +40,7 @@ from ..sae.transcoders.io import transcoders_scan
 from ..sae.transcoders.transcoder import Transcoder
 from ._inputs import bos_positions, prepare
 from .graph import AttributionGraph
+from .memory import available_bytes, refuse_if_short
 from .replacement import ForwardPass, Readers, run_forward
 from .sparse import RowPieces, cone_nonzeros, csr_bytes
 from .targets import logit_targets
@@ -65,6 +66,7 @@ def attribute(
     update_interval: int = 4,
     sparse: bool | None = None,
     verbose: bool = False,
+    check_memory: bool = True,
 ) -> AttributionGraph:
     """The attribution graph of `prompt`'s next token (see the module's docs for the phases).
 
@@ -91,6 +93,10 @@ def attribute(
             graph with every active feature a node is built sparse: sparse=True with max_feature_nodes below
             the number of active features is refused (that graph is small: its rows are the kept nodes').
         verbose: a progress bar over the feature targets.
+        check_memory: refuse, before any work, a run whose estimated peak (`estimate_memory`, memory.py)
+            exceeds the memory available, naming a batch_size and a max_feature_nodes that fit (the
+            adjacency is checked again after the forward pass, with the active features known: a transcoder
+            not TopK has them unknown before); False: run anyway (sparse=None still picks the layout).
     """
     model, tokens, readers = prepare(model, prompt, transcoders, _CALLER)
     if tokens.is_inference():  # made in an inference block: it cannot be saved for the backward passes
@@ -98,14 +104,22 @@ def attribute(
     batch_size = _check_options(
         max_n_logits, desired_logit_prob, max_feature_nodes, batch_size, update_interval, sparse, tokens.device
     )
+    if not isinstance(check_memory, bool):
+        raise TypeError(f"{_CALLER}: check_memory={check_memory!r}: expected True or False")
+    if check_memory:  # before any work: the estimate (memory.py) against the memory available
+        given = attribution_targets is not None and isinstance(attribution_targets, (list, tuple, Tensor))
+        n_logits = len(attribution_targets) if given else max_n_logits
+        refuse_if_short(model, readers, tokens.shape[0], batch_size, max_feature_nodes, sparse, n_logits, _CALLER)
 
     # Phases 0 and 1: the local replacement model and its forward pass
     # the BOS's features and error vectors are zeroed, as circuit-tracer does (none without a tokenizer)
     fwd = run_forward(model, tokens, readers, batch_size, bos_positions(model))
     n_layers, n_pos = model.cfg.n_layers, tokens.shape[0]
     acts = torch.stack(fwd.activations)  # [n_layers, pos, d_sae]
+    fwd.activations.clear()  # the dense activations are not held past here (only the active ones)
     active = acts.nonzero()  # [n_active, 3] (layer, pos, feature), in that order
     values = acts[tuple(active.T)]
+    del acts
     n_active = active.shape[0]
     sources = _Sources(model, readers, fwd, active, values)
 
@@ -113,7 +127,7 @@ def attribute(
     targets, probs, vecs = logit_targets(model, fwd.logits[-1], attribution_targets, max_n_logits, desired_logit_prob)
     n_logits = len(targets)
     n_keep = n_active if max_feature_nodes is None else min(max_feature_nodes, n_active)
-    as_sparse = _check_room(active, n_layers, n_pos, n_logits, n_keep, sparse)
+    as_sparse = _check_room(active, n_layers, n_pos, n_logits, n_keep, sparse, check_memory)
     rows = _Rows(n_active, n_layers, n_pos, n_logits, n_keep, as_sparse)
 
     # Phase 3: logit attribution
@@ -300,7 +314,7 @@ class _Sources:
         enc = torch.zeros(self.n_active, self.fwd.inputs[0].shape[-1], dtype=self.readers.dtype)
         for layer in self.active[:, 0].unique().tolist():
             mask = self.active[:, 0] == layer
-            enc[mask] = self.readers.encoder(layer)[:, self.active[mask, 2]].T.detach()
+            enc[mask] = self.readers.encoder_columns(layer, self.active[mask, 2]).T.detach()
         return enc
 
     def rows(self, layers: Tensor, positions: Tensor, inject: Tensor) -> Tensor:
@@ -354,18 +368,17 @@ def _dense_bytes(n_active: int, n_fixed: int, n_logits: int, n_keep: int) -> int
 
 
 def _available_bytes() -> int | None:
-    """The memory available now (Linux's MemAvailable), or None where it cannot be read."""
-    try:
-        with open("/proc/meminfo") as f:
-            return next(int(line.split()[1]) * 1024 for line in f if line.startswith("MemAvailable:"))
-    except (OSError, StopIteration, ValueError):
-        return None
+    """The host memory available now (Linux's MemAvailable), or None where it cannot be read."""
+    return available_bytes("cpu")
 
 
-def _check_room(active: Tensor, n_layers: int, n_pos: int, n_logits: int, n_keep: int, sparse: bool | None) -> bool:
-    """Whether to build the adjacency sparse; refuse, before any backward pass, a graph that would not fit in
-    the memory available now (Linux's MemAvailable; no check where it cannot be read) in the layout asked
-    for (sparse None: dense if it fits, else sparse), naming the layouts tried and max_feature_nodes."""
+def _check_room(
+    active: Tensor, n_layers: int, n_pos: int, n_logits: int, n_keep: int, sparse: bool | None, refuse: bool = True
+) -> bool:
+    """Whether to build the adjacency sparse; refuse (unless not `refuse`), before any backward pass, a graph
+    that would not fit in the memory available now (Linux's MemAvailable; no check where it cannot be read)
+    in the layout asked for (sparse None: dense if it fits, else sparse), naming the layouts tried and
+    max_feature_nodes."""
     n_active, n_fixed = active.shape[0], (n_layers + 1) * n_pos
     every = n_keep == n_active
     if sparse and not every:
@@ -377,8 +390,8 @@ def _check_room(active: Tensor, n_layers: int, n_pos: int, n_logits: int, n_keep
     dense = _dense_bytes(n_active, n_fixed, n_logits, n_keep)
     total = n_active + n_fixed + n_logits
     small = csr_bytes(cone_nonzeros(active, n_layers, n_pos, n_logits), total) if every else None
-    if free is None:
-        return bool(sparse)
+    if free is None or not refuse:
+        return bool(sparse) if free is None or sparse is not None else (dense > free and small is not None)
     if sparse is False or (sparse is None and (dense <= free or small is None)):
         if dense <= free:
             return False

@@ -68,6 +68,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         metavar="N",
         help="targets per backward pass (default: 16 on the CPU, 128 on a GPU)",
     )
+    p.add_argument(
+        "--no-check-memory",
+        action="store_true",
+        help="run even where the memory estimate says it will not fit (default: refuse, naming what fits)",
+    )
     p.add_argument("--max-nodes", type=int, default=600, metavar="N", help="most nodes the page holds")
     p.add_argument(
         "--contexts-from", metavar="PATH", help="a .txt file or folder: each feature's top contexts (default: none)"
@@ -151,7 +156,7 @@ def run(args: argparse.Namespace, load_model: Callable[[str], Any]) -> int:
     contexts = _contexts(model, args.contexts_from, args.max_windows)
     graph = attribute(
         model, args.prompt, transcoders, max_n_logits=args.max_n_logits, desired_logit_prob=args.desired_logit_prob,
-        max_feature_nodes=args.max_feature_nodes, batch_size=args.batch_size,
+        max_feature_nodes=args.max_feature_nodes, batch_size=args.batch_size, check_memory=not args.no_check_memory,
     )  # fmt: skip
     graph.scan = graph.scan or scan  # the set's own scan (circuit-tracer's config.yaml), else its path's name
     slug = args.slug or default_slug(graph)

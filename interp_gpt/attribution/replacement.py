@@ -23,6 +23,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from ..sae.mapped import FileWeight, file_weight
 from ..sae.transcoders.clt import CrossLayerTranscoder
 from ..sae.transcoders.transcoder import Transcoder, activate
 
@@ -32,7 +33,9 @@ __all__: list[str] = []
 class Readers:
     """Per-layer transcoders (a list, one per layer) or one cross-layer transcoder, read the one way the
     attribution needs: each layer's input hook, encoder, decoder rows (into which layers), skip and
-    reconstruction."""
+    reconstruction. Weights loaded lazily (interp_gpt.sae.mapped) are read from their files through a
+    map of their own, given back when done: one layer's matrix at a time, or only the rows asked for;
+    the numbers are an eager load's, bit for bit."""
 
     def __init__(self, transcoders: list[Transcoder] | CrossLayerTranscoder, n_layers: int):
         self.plts = transcoders if isinstance(transcoders, list) else None
@@ -49,23 +52,37 @@ class Readers:
         return self.plts[0].dtype if self.plts is not None else self.clt.dtype  # type: ignore[union-attr]
 
     def encoder(self, layer: int) -> Tensor:
-        """`[d_in, d_sae]` layer `layer`'s encoder."""
+        """`[d_in, d_sae]` layer `layer`'s encoder (as the module holds it: lazily, a map not read yet)."""
         return self.plts[layer].W_enc if self.plts is not None else self.clt.W_enc[layer]  # type: ignore[union-attr]
+
+    def file(self, layer: int, name: str) -> FileWeight | None:
+        """The file layer `layer`'s `name` ("W_enc" or "W_dec") is read from, where loaded lazily."""
+        if self.plts is not None:
+            return file_weight(self.plts[layer], name)
+        return file_weight(self.clt, f"W_dec.{layer}") if name == "W_dec" else None  # a CLT's W_enc: read
+
+    def encoder_columns(self, layer: int, features: Tensor) -> Tensor:
+        """`[d_in, n]` the encoder columns of layer `layer`'s `features`."""
+        f = self.file(layer, "W_enc")
+        return f.columns(features) if f is not None else self.encoder(layer)[:, features]
 
     def encode(self, layer: int, x: Tensor) -> Tensor:
         """Layer `layer`'s feature activations of its input `x`."""
         if self.plts is not None:
-            tc = self.plts[layer]
+            tc, f = self.plts[layer], self.file(layer, "W_enc")
             threshold = tc.threshold if tc.cfg.architecture == "jumprelu" else None
-            return activate(x.to(tc.dtype) @ tc.W_enc + tc.b_enc, tc.cfg, threshold)
+            w_enc = f.read() if f is not None else tc.W_enc
+            return activate(x.to(tc.dtype) @ w_enc + tc.b_enc, tc.cfg, threshold)
         return self.clt._encode(x.to(self.dtype), layer, hooked=False)  # type: ignore[union-attr]
 
     def decoder_rows(self, layer: int, features: Tensor) -> tuple[Tensor, Tensor]:
         """(`[n, n_out, d_model]` the decoder rows of layer `layer`'s `features` into each layer they write,
         `[n_out]` those layers)."""
+        f = self.file(layer, "W_dec")
         if self.plts is not None:
-            return self.plts[layer].W_dec[features][:, None], torch.tensor([layer])
-        w = self.clt.W_dec[layer][features]  # type: ignore[union-attr]
+            rows = f.rows(features) if f is not None else self.plts[layer].W_dec[features]
+            return rows[:, None], torch.tensor([layer])
+        w = f.rows(features) if f is not None else self.clt.W_dec[layer][features]  # type: ignore[union-attr]
         return w, torch.arange(layer, self.n_layers)
 
     def skip(self, layer: int, x: Tensor) -> Tensor | None:
@@ -81,8 +98,37 @@ class Readers:
         """Layer `layer`'s predicted MLP output (b_dec and skip included) from the activations of every
         layer (`acts[l]`) and its input `x`."""
         if self.plts is not None:
-            return self.plts[layer]._decode(acts[layer], x, hooked=False)
-        return self.clt._decode(acts, layer, x.to(self.dtype), hooked=False)  # type: ignore[union-attr]
+            tc, f = self.plts[layer], self.file(layer, "W_dec")
+            if f is None:
+                return tc._decode(acts[layer], x, hooked=False)
+            out = acts[layer].to(tc.dtype) @ f.read() + tc.b_dec  # Transcoder._decode's arithmetic
+            return out + x.to(tc.dtype) @ tc.W_skip.T if tc.cfg.skip else out
+        return self.reconstructions(acts, [x] * self.n_layers, only=layer)[0]
+
+    def reconstructions(self, acts: list[Tensor], xs: list[Tensor], only: int | None = None) -> list[Tensor]:
+        """Every layer's predicted MLP output (`xs[l]`: layer l's input), or only layer `only`'s (a list of
+        it alone). A lazy CLT reads each decoder file a slice at a time, adding its terms into every layer it
+        writes in CrossLayerTranscoder._decode's order (the same sums, bit for bit)."""
+        n = self.n_layers
+        layers = range(n) if only is None else [only]
+        if self.plts is not None:
+            return [self.reconstruction(layer, acts, xs[layer]) for layer in layers]
+        clt = self.clt
+        assert clt is not None
+        top = max(layers)
+        partial: list[Any] = [0] * n  # sum(...) starts from 0, as CrossLayerTranscoder._decode's
+        for s in range(top + 1):
+            f = self.file(s, "W_dec")
+            for m in layers:
+                if m >= s:  # a lazy decoder through a fresh map per slice: only that slice's pages are read
+                    w = f.read() if f is not None else clt.W_dec[s]  # [d_sae, n - s, d_out]
+                    partial[m] = partial[m] + acts[s] @ w[:, m - s]
+                    del w
+        out = []
+        for m in layers:
+            y = clt.b_dec[m] + partial[m]
+            out.append(y + xs[m].to(clt.dtype) @ clt.W_skip[m].T if clt.cfg.skip else y)
+        return out
 
 
 def _detach(t: Tensor, hook: Any) -> Tensor:
@@ -166,9 +212,10 @@ def run_forward(model: Any, tokens: Tensor, readers: Readers, batch: int, zero_p
         activations = [readers.encode(layer, clean_x[layer]).clone() for layer in range(n_layers)]
         for acts in activations:
             acts[zero_positions] = 0
+        recons = readers.reconstructions(activations, clean_x)
         errors = torch.stack(
-            [outs[layer][0].detach() - readers.reconstruction(layer, activations, clean_x[layer]).to(outs[layer].dtype)
-             for layer in range(n_layers)]
-        )  # fmt: skip
+            [outs[layer][0].detach() - recons[layer].to(outs[layer].dtype) for layer in range(n_layers)]
+        )
+        del recons
         errors[:, zero_positions] = 0
     return ForwardPass(xs, outs, embeds[0], final, logits, activations, errors)

@@ -378,7 +378,8 @@ def check_tensors(
     state: dict[str, Tensor], shapes: dict[str, tuple[int, ...]], where: str | Path, what: str = ""
 ) -> None:
     """Refuse, naming the file `where`, missing / unexpected / mis-shaped tensors (the message goes on
-    with `what` before the list) and non-float or non-finite values."""
+    with `what` before the list) and non-float or non-finite values (those of a `MappedState`'s file
+    tensors read through a fresh map, whose pages are not kept)."""
     missing = [k for k in shapes if k not in state]
     unexpected = [k for k in state if k not in shapes]
     wrong = [
@@ -390,9 +391,12 @@ def check_tensors(
         parts = [f"missing {missing}" if missing else "", f"unexpected {unexpected}" if unexpected else ""]
         parts.append(f"mis-shaped {', '.join(wrong)}" if wrong else "")
         raise CheckpointError(f"{where}: {what}" + "; ".join(p for p in parts if p))
-    bad = [k for k, v in state.items() if not v.is_floating_point() or not bool(torch.isfinite(v).all())]
+    files = getattr(state, "files", {})  # a MappedState: those tensors' values are read through a fresh map
+    bad = [k for k, v in state.items() if k not in files and not (v.is_floating_point() and v.isfinite().all())]
     if bad:
         raise CheckpointError(f"{where}: tensor {bad[0]!r} holds non-finite (or non-float) values")
+    for f in files.values():
+        f.check_finite(where)
 
 
 def check_digest(meta: dict[str, str], cfg_path: Path, what: str, text: str | None = None) -> None:

@@ -50,12 +50,13 @@ from ..common import (
     read_safetensors,
     zero_if_present,
 )
+from ..mapped import FileWeight, MappedState, map_safetensors, record_file_weights
 from ..names import set_model_name
 from .config import TranscoderConfig, TranscoderFields
 from .folders import CLT_EXT_KIND, CLT_KIND, check_replaceable
 from .io import CT_CONFIG_FILENAME, SCAN_KEY, check_scan, save_safetensors
 from .splice import CLTLayer
-from .transcoder import activate
+from .transcoder import activate, lazy_on
 
 __all__ = ["CrossLayerTranscoder", "CLTConfig", "load_clt", "save_clt"]
 
@@ -387,10 +388,14 @@ def load_clt(
     device: str | torch.device = "cpu",
     dtype: str | torch.dtype | None = None,
     model_name: str | None = None,
+    lazy: bool | None = None,
 ) -> CrossLayerTranscoder:
     """Load circuit-tracer's CLT folder (its config.yaml, or the folder), every tensor checked first.
     `model_name` (e.g. "my-gpt2", a local copy of GPT-2) records the model it is for in its
-    metadata.model_name, in place of the file's (None: the file's own).
+    metadata.model_name, in place of the file's (None: the file's own). `lazy` (None or True; False off
+    the CPU): the decoders (the bulk: n_layers (n_layers + 1) / 2 matrices) stay memory-mapped from their files, read
+    only where used, as `load_transcoders(lazy=True)` keeps a PLT's; the encoders are read now (one stacked
+    tensor; every position's pre-activations need all of them).
 
     Example:
         >>> from interp_gpt.sae.data import shipped_clt
@@ -415,6 +420,7 @@ def load_clt(
             f"{cfg_path}: model_kind={kind!r}; expected {CLT_KIND!r} (a per-layer set loads with load_transcoders)"
         )
     folder = cfg_path.parent
+    mapped = lazy_on(lazy, device, dtype, "load_clt")
     n = len([q for q in folder.iterdir() if re.match(r"^W_enc_\d+\.safetensors$", q.name)])
     if n == 0:
         raise CheckpointError(f"{cfg_path}: {folder} holds no W_enc_<i>.safetensors")
@@ -427,7 +433,10 @@ def load_clt(
                 raise CheckpointError(
                     f"{cfg_path}: layer {i}'s {file.name} is missing ({n} W_enc files: layers 0..{n - 1})"
                 )
-            out.append(read_safetensors(file, device)[0])
+            if mapped is not False and name.startswith("W_dec"):
+                out.append(MappedState(map_safetensors(file)[0], {name: FileWeight(str(file), name)}))
+            else:
+                out.append(read_safetensors(file, device)[0])
     w0 = enc[0].get("W_enc_0")
     if w0 is None or w0.ndim != 2:
         raise CheckpointError(f"{folder / 'W_enc_0.safetensors'}: W_enc_0 must be [d_sae, d_in]")
@@ -476,7 +485,10 @@ def load_clt(
             state[k] = torch.stack([enc[i][f"{k}_{i}"] for i in range(n)])
     state.update({f"W_dec.{i}": dec[i][f"W_dec_{i}"] for i in range(n)})
     state = {k: v.to(cfg.torch_dtype) for k, v in state.items()}
-    state, cast_name = cast_state(state, dtype)
+    files = {f"W_dec.{i}": f for i in range(n) for f in getattr(dec[i], "files", {}).values()}
+    cast, cast_name = cast_state(state, dtype)
     if cast_name is not None:
         cfg.dtype = cast_name
-    return load_built(CrossLayerTranscoder, cfg, state, device)  # type: ignore[no-any-return]
+    clt = load_built(CrossLayerTranscoder, cfg, cast, device)
+    record_file_weights(clt, MappedState(state, files))  # the decoders still their files' (uncast)
+    return clt  # type: ignore[no-any-return]

@@ -62,6 +62,7 @@ from ..common import (
 from ..common import (
     cast_state as cast_state,
 )
+from ..mapped import FileWeight, MappedState, map_safetensors
 from .config import PROCESSING_KEY, TranscoderConfig, parse_processing, transcoder_shapes
 from .folders import check_replaceable
 
@@ -114,8 +115,12 @@ def save_safetensors(path: Path, state: dict[str, Tensor], metadata: dict[str, s
 # ----------------------------------------------------------------------------------------------
 # sae-lens
 # ----------------------------------------------------------------------------------------------
-def read_saelens_folder(folder: Path, device: str | torch.device = "cpu") -> Item:
-    """The config and state dict of a sae-lens transcoder folder, checked against each other."""
+_LAZY = ("W_enc", "W_dec")  # what a lazily loaded transcoder keeps mapped (the rest is small: read now)
+
+
+def read_saelens_folder(folder: Path, device: str | torch.device = "cpu", lazy: bool | None = False) -> Item:
+    """The config and state dict of a sae-lens transcoder folder, checked against each other (`lazy`: its
+    W_enc and W_dec mapped, a `MappedState`)."""
     cfg_path, weights_path = folder / CFG_FILENAME, folder / WEIGHTS_FILENAME
     missing = [p.name for p in (cfg_path, weights_path) if not p.is_file()]
     if missing:
@@ -129,10 +134,19 @@ def read_saelens_folder(folder: Path, device: str | torch.device = "cpu") -> Ite
     except json.JSONDecodeError as e:
         raise CheckpointError(f"{cfg_path}: not valid JSON ({e})") from e
     cfg: TranscoderConfig = config_from_file(TranscoderConfig, raw, cfg_path)
-    state, meta = read_safetensors(weights_path, device)
+    state, meta = read_safetensors(weights_path, device) if lazy is False else map_safetensors(weights_path)
+    if lazy is not False:  # sae-lens' layout is the transcoder's: both matrices map exactly
+        state = MappedState(state, {k: FileWeight(str(weights_path), k) for k in _LAZY})
     check_digest(meta, cfg_path, "transcoder", text)
     check_state(state, cfg, weights_path)
-    return cfg, {k: v.to(cfg.torch_dtype) for k, v in state.items()}
+    return cfg, _cast(state, cfg.torch_dtype)
+
+
+def _cast(state: dict[str, Tensor], dtype: torch.dtype) -> dict[str, Tensor]:
+    """`state` in `dtype`, a MappedState's file records kept (a cast tensor is no longer its file's)."""
+    out = {k: v.to(dtype) for k, v in state.items()}
+    files = getattr(state, "files", None)
+    return out if files is None else MappedState(out, files)
 
 
 def _saelens_ready(cfg: TranscoderConfig, state: dict[str, Tensor], where: str) -> None:
@@ -235,8 +249,10 @@ def _ct_activation(config: dict[str, Any], where: Path) -> str | None:
     return names[v.lower()]
 
 
-def read_circuit_tracer(path: Path, device: str | torch.device = "cpu") -> list[Item]:
-    """Every transcoder of a circuit-tracer set (`path`: its config.yaml, or the folder holding it)."""
+def read_circuit_tracer(path: Path, device: str | torch.device = "cpu", lazy: bool | None = False) -> list[Item]:
+    """Every transcoder of a circuit-tracer set (`path`: its config.yaml, or the folder holding it). `lazy`
+    None: each W_dec mapped (a `MappedState`), W_enc read (the file holds its transpose); True: W_enc mapped
+    too, as the transposed view of the file's; False: everything read."""
     import yaml
 
     cfg_path = path / CT_CONFIG_FILENAME if path.is_dir() else path
@@ -271,7 +287,17 @@ def read_circuit_tracer(path: Path, device: str | torch.device = "cpu") -> list[
     for layer, file in sorted(_ct_files(config, folder, cfg_path)):
         if not file.is_file():
             raise FileNotFoundError(f"{cfg_path}: layer {layer}'s file {str(file)!r} does not exist")
-        state, _ = read_safetensors(file, device)
+        state: dict[str, Tensor]
+        if lazy is not False or torch.device(device).type == "cpu":
+            # W_enc is stored [d_sae, d_in]: lazy=True holds a transposed view of the map; else it is read
+            # contiguous through a map of its own (the file's map keeps no page of it: never held twice)
+            files = {"W_dec": FileWeight(str(file), "W_dec")} if lazy is not False else {}
+            enc = FileWeight(str(file), "W_enc", transposed=True)
+            state = MappedState(map_safetensors(file)[0], {**files, "W_enc": enc} if lazy else files)
+            if not lazy:
+                state["W_enc"] = enc.read().mT if state["W_enc"].ndim == 2 else state["W_enc"]
+        else:
+            state, _ = read_safetensors(file, device)
         meta: dict[str, Any] = {"hook_name": _full_hook(rel_in, layer), "hook_name_out": _full_hook(rel_out, layer)}
         meta[PROCESSING_KEY] = dict(processing)
         if model_name is not None:
@@ -304,7 +330,8 @@ def _ct_item(state: dict[str, Tensor], meta: dict[str, Any], activation: str | N
         if state[name].ndim != rank:
             raise CheckpointError(f"{file}: {name} has shape {tuple(state[name].shape)}; expected {axes}")
     w_enc = state.pop("W_enc")
-    state["W_enc"] = w_enc.T.contiguous()  # circuit-tracer's [d_sae, d_in] -> sae-lens' [d_in, d_sae]
+    # circuit-tracer's [d_sae, d_in] -> sae-lens' [d_in, d_sae] (lazy=True: a view of the map, read when used)
+    state["W_enc"] = w_enc.T if "W_enc" in getattr(state, "files", {}) else w_enc.T.contiguous()
     if _CT_THRESHOLD in state:
         state["threshold"] = state.pop(_CT_THRESHOLD)
     dtype = w_enc.dtype if w_enc.is_floating_point() else torch.float32
@@ -323,7 +350,7 @@ def _ct_item(state: dict[str, Tensor], meta: dict[str, Any], activation: str | N
     except (TypeError, ValueError) as e:
         raise CheckpointError(f"{file}: {e}") from e
     check_state(state, cfg, file)
-    return cfg, {k2: v.to(dtype) for k2, v in state.items()}
+    return cfg, _cast(state, dtype)
 
 
 def _ct_ready(items: list[Item]) -> dict[str, Any]:
@@ -408,13 +435,13 @@ def transcoders_scan(transcoders: Any) -> str | list[str] | None:
 # ----------------------------------------------------------------------------------------------
 # Sets: where a path points, and writing a set whole
 # ----------------------------------------------------------------------------------------------
-def read_transcoder_files(path: Any, device: str | torch.device = "cpu") -> list[Item]:
+def read_transcoder_files(path: Any, device: str | torch.device = "cpu", lazy: bool | None = False) -> list[Item]:
     """Every transcoder under `path`: a sae-lens folder, a folder of sae-lens folders (one per layer),
-    a circuit-tracer config.yaml or its folder, or a list of any of these."""
+    a circuit-tracer config.yaml or its folder, or a list of any of these (`lazy`: W_enc and W_dec mapped)."""
     if isinstance(path, (list, tuple)):
         if not path:
             raise ValueError("load_transcoders: path=[]: expected at least one folder or config file")
-        return [item for p in path for item in read_transcoder_files(p, device)]
+        return [item for p in path for item in read_transcoder_files(p, device, lazy)]
     if not isinstance(path, (str, os.PathLike)):
         raise TypeError(
             f"load_transcoders: path: expected a folder, a config file or a list of them, got {type(path).__name__}"
@@ -422,9 +449,9 @@ def read_transcoder_files(path: Any, device: str | torch.device = "cpu") -> list
     p = Path(path).expanduser()
     if p.is_file():
         if p.suffix in (".yaml", ".yml"):
-            return read_circuit_tracer(p, device)
+            return read_circuit_tracer(p, device, lazy)
         if p.name == CFG_FILENAME:
-            return [read_saelens_folder(p.parent, device)]
+            return [read_saelens_folder(p.parent, device, lazy)]
         raise ValueError(
             f"load_transcoders: path={str(p)!r}: expected a circuit-tracer {CT_CONFIG_FILENAME}, a sae-lens "
             f"{CFG_FILENAME} or a folder holding one (a layer's .safetensors alone does not say its hooks)"
@@ -432,9 +459,9 @@ def read_transcoder_files(path: Any, device: str | torch.device = "cpu") -> list
     if not p.is_dir():
         raise FileNotFoundError(f"load_transcoders: path={str(p)!r}: no such file or folder")
     if (p / CFG_FILENAME).is_file():
-        return [read_saelens_folder(p, device)]
+        return [read_saelens_folder(p, device, lazy)]
     if (p / CT_CONFIG_FILENAME).is_file():
-        return read_circuit_tracer(p / CT_CONFIG_FILENAME, device)
+        return read_circuit_tracer(p / CT_CONFIG_FILENAME, device, lazy)
     subs = sorted(q for q in p.iterdir() if (q / CFG_FILENAME).is_file())
     if not subs:
         there = sorted(q.name for q in p.iterdir())[:10]
@@ -442,7 +469,7 @@ def read_transcoder_files(path: Any, device: str | torch.device = "cpu") -> list
             f"load_transcoders: {str(p)!r} holds no {CFG_FILENAME} (sae-lens), no {CT_CONFIG_FILENAME} "
             f"(circuit-tracer) and no sub-folder with a {CFG_FILENAME} (it holds: {', '.join(there) or 'nothing'})"
         )
-    return [read_saelens_folder(q, device) for q in subs]
+    return [read_saelens_folder(q, device, lazy) for q in subs]
 
 
 def write_transcoder_set(items: list[Item], target: Path, format: str) -> Path:

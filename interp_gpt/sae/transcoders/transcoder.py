@@ -36,12 +36,13 @@ from ..common import (
     parse_dtype,
     zero_if_present,
 )
+from ..mapped import record_file_weights
 from ..names import check_model_name, set_model_name
 from .config import PROCESSING_KEY, SAELENS_ARCHITECTURES, TranscoderConfig, transcoder_shapes
 from .io import FORMATS, read_transcoder_files, write_saelens_folder, write_transcoder_set
 from .processing import Plan, apply_input, apply_output, conversion_plan, convert_state
 
-__all__ = ["Transcoder", "load_transcoders", "save_transcoders", "check_transcoder_fits"]
+__all__ = ["Transcoder", "load_transcoders", "save_transcoders", "check_transcoder_fits", "lazy_on"]
 
 
 def activate(pre: Tensor, cfg: Any, threshold: Tensor | None = None) -> Tensor:
@@ -268,7 +269,12 @@ class Transcoder(CoderHookPoints, nn.Module):
     # ----- loading and saving ------------------------------------------------------------------
     @classmethod
     def from_pretrained(
-        cls, path: str | Path, device: str | torch.device = "cpu", dtype: str | torch.dtype | None = None
+        cls,
+        path: str | Path,
+        device: str | torch.device = "cpu",
+        dtype: str | torch.dtype | None = None,
+        *,
+        lazy: bool | None = None,
     ) -> Transcoder:
         """Load one transcoder: a sae-lens folder (cfg.json + sae_weights.safetensors), or any path
         `load_transcoders` reads that holds exactly one (a circuit-tracer config of one layer ...).
@@ -277,7 +283,7 @@ class Transcoder(CoderHookPoints, nn.Module):
             >>> paths = tcs[1].save_model("transcoders/layer_1")
             >>> tc = Transcoder.from_pretrained("transcoders/layer_1")
         """
-        tcs = load_transcoders(path, device=device, dtype=dtype)
+        tcs = load_transcoders(path, device=device, dtype=dtype, lazy=lazy)
         if len(tcs) != 1:
             layers = [t.layer for t in tcs]
             raise ValueError(
@@ -340,6 +346,7 @@ def load_transcoders(
     device: str | torch.device = "cpu",
     dtype: str | torch.dtype | None = None,
     model_name: str | None = None,
+    lazy: bool | None = None,
 ) -> list[Transcoder]:
     """Load per-layer transcoders, sorted by layer, from any of:
 
@@ -356,13 +363,23 @@ def load_transcoders(
     `model_name` (e.g. "my-gpt2", a local copy of GPT-2) records the model they are for in each one's
     metadata.model_name, in place of the files' (None: the files' own).
 
+    `lazy`: whether W_enc and W_dec stay memory-mapped from their files, read only where used (a private
+    map: writing to them never changes the file), so that a set costs little memory until it computes;
+    `attribute` reads one layer's encoder at a time and only the decoder rows of the active features
+    (interp_gpt.sae.mapped). None (the default): on the CPU, what maps exactly (the tensors the transcoder
+    holds in the file's own layout: every W_dec, and sae-lens' W_enc; circuit-tracer files hold W_enc
+    transposed: read); True: circuit-tracer's W_enc too, held as a transposed view (nothing of the set
+    resident; computing on it agrees with an eager load within float rounding, `attribute` reads it
+    exactly); False: everything read now. Values are checked either way (lazily through a map given back
+    afterwards). A cast (`dtype`) or a conversion to the model's weights reads them into memory.
+
     Example:
         >>> folder = save_transcoders(tcs, "transcoders/tiny-gpt2")
         >>> tcs = load_transcoders("transcoders/tiny-gpt2")           # one Transcoder per layer
         >>> [tc.input_hook for tc in tcs]
         ['blocks.0.ln2.hook_normalized', 'blocks.1.ln2.hook_normalized']
     """
-    items = read_transcoder_files(path, device)
+    items = read_transcoder_files(path, device, lazy_on(lazy, device, dtype, "load_transcoders"))
     seen: dict[int, str] = {}
     for cfg, _ in items:
         layer = cfg.layer
@@ -376,16 +393,31 @@ def load_transcoders(
     tcs = []
     for cfg, state in items:
         set_model_name(cfg.metadata, model_name, "load_transcoders")
-        state, name = cast_state(state, dtype)
+        cast, name = cast_state(state, dtype)
         if name is not None:
             cfg.dtype = name
-        tcs.append(_build(cfg, state, device))
+        tcs.append(_build(cfg, cast, device))
+        record_file_weights(tcs[-1], state)  # the parameters still their files' (uncast, on the CPU)
     tcs.sort(key=lambda t: (t.layer is None, t.layer or 0))
     if model is not None:  # each checked first, then each converted to the model's weights (or refused)
         plans = [fit_plan(model, tc, caller="load_transcoders") for tc in tcs]
         tcs = [tc if p is None or (p.identity and p.processing == tc.cfg.processing) else tc.converted_to(model)
                for tc, p in zip(tcs, plans, strict=True)]  # fmt: skip
     return tcs
+
+
+def lazy_on(lazy: Any, device: str | torch.device, dtype: Any, caller: str) -> bool | None:
+    """How to load: `lazy` as given (None: what maps exactly), False off the CPU. A map is read on the CPU
+    only: lazy=True with another device is refused by name (a cast still works: it reads them)."""
+    if lazy is not None and not isinstance(lazy, bool):
+        raise TypeError(f"{caller}: lazy={lazy!r}: expected True, False or None (lazily on the CPU)")
+    on_cpu = torch.device(device).type == "cpu"
+    if lazy and not on_cpu:
+        raise ValueError(
+            f"{caller}: lazy=True with device={str(device)!r}: weights are mapped from their files on the CPU only; "
+            "pass lazy=False (or None) to load them onto the device"
+        )
+    return lazy if on_cpu else False
 
 
 def save_transcoders(tcs: Transcoder | list[Transcoder], path: str | Path, format: str = "saelens") -> Path:
