@@ -26,7 +26,7 @@ zeroed); others need `features_per_token` (their L0). `attribute(check_memory=Tr
 work, a run whose estimate exceeds the memory available (Linux's MemAvailable; on CUDA, the free device
 memory for the parts there), naming a `batch_size` and a `max_feature_nodes` that fit.
 
-Example (tiny-gpt2 and its shipped transcoders):
+Example:
     >>> from interp_gpt import GPT
     >>> from interp_gpt.sae.training import shipped_transcoders
     >>> model = GPT.from_pretrained("tiny-gpt2")
@@ -137,9 +137,9 @@ def estimate_memory(
     token of every layer (None: a TopK transcoder's k; others need it: their L0). See the module's docs.
 
     Example:
-        >>> est = estimate_memory(model, transcoders, 257, batch_size=16)
-        >>> print(est)                      # the parts, in MiB
-        >>> est.total / 2**30               # GiB at the peak, weights included
+        >>> est = estimate_memory(model, tcs, 9, batch_size=16, features_per_token=20)   # tiny-gpt2's transcoders
+        >>> est.total == sum(est.parts().values())    # bytes at the peak, weights included; print(est): in MiB
+        True
     """
     caller = "estimate_memory"
     readers = check_transcoders(model, transcoders, caller)
