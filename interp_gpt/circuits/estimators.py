@@ -41,7 +41,9 @@ def relp_scores(
     rules for GPT-2, `rules.relp_rules`: LayerNorm scales constant, GELU's Identity-rule).
 
     Args:
-        clean_tokens, corrupted_tokens, metric: as `eap_scores`.
+        clean_tokens: `[batch, pos]` token ids (or strings), as `eap_scores`.
+        corrupted_tokens: the same shape, or an ablation ("zero", "mean", "resample").
+        metric: logits -> a scalar, differentiable.
         ah_rule: also treat every attention pattern as a constant (RelP's opt-in AH-rule).
 
     Returns:
@@ -76,7 +78,9 @@ def gim_scores(
     and v times `q_scale`, `k_scale`, `v_scale`.
 
     Args:
-        clean_tokens, corrupted_tokens, metric: as `eap_scores`.
+        clean_tokens: `[batch, pos]` token ids (or strings), as `eap_scores`.
+        corrupted_tokens: the same shape, or an ablation ("zero", "mean", "resample").
+        metric: logits -> a scalar, differentiable.
         temperature: the softmax backward's temperature (> 0; 1: the plain softmax gradient).
 
     Returns:
