@@ -98,7 +98,7 @@ class Circuit:
         """The nodes that send or receive a kept edge, in forward order (`graph.nodes`' order)."""
         used = torch.zeros(self.graph.n_nodes, dtype=torch.bool)
         used[self.graph.edge_sender[self.mask]] = True
-        used[_receiver_node(self.graph)[self.graph.edge_receiver[self.mask]]] = True
+        used[self.graph.receiver_node[self.graph.edge_receiver[self.mask]]] = True
         return [self.graph.nodes[i] for i in used.nonzero().flatten().tolist()]
 
     def __contains__(self, edge: Any) -> bool:
@@ -133,23 +133,10 @@ def _order(scores: Tensor, absolute: bool) -> Tensor:
     return key.argsort(descending=True, stable=True)
 
 
-def _receiver_node(graph: Graph) -> Tensor:
-    """`[n_receivers]`: the node (index into `graph.nodes`) each receiver input belongs to."""
-    out = []
-    for r in graph.receivers:
-        if r.kind == "logits":
-            out.append(graph.n_nodes - 1)
-        elif r.kind == "mlp":
-            out.append(graph.mlp_sender(r.layer))
-        else:
-            out.append(graph.head_sender(r.layer, int(r.head or 0)))
-    return torch.tensor(out, dtype=torch.long)
-
-
 def prune_mask(graph: Graph, mask: Tensor) -> Tensor:
     """`mask [n_edges]` without the edges that do not lie on a path input -> ... -> logits."""
     mask = mask.clone()
-    sender, dest = graph.edge_sender, _receiver_node(graph)[graph.edge_receiver]
+    sender, dest = graph.edge_sender, graph.receiver_node[graph.edge_receiver]
     n = graph.n_nodes
     while True:
         # Backwards: a node reaches the logits if a kept edge leads from it to a node that does.
@@ -360,7 +347,7 @@ def acdc(
     graph = ev.graph
     mask = torch.ones(graph.n_edges, dtype=torch.bool)
     current = float(ev([mask], False, "acdc")[0])
-    rnode = _receiver_node(graph)
+    rnode = graph.receiver_node
     bar = tqdm(total=len(graph.receivers), desc="ACDC receivers", disable=not progress)
     try:
         for r in range(len(graph.receivers) - 1, -1, -1):

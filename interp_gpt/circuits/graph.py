@@ -181,6 +181,19 @@ class Graph:
         return len(self.receivers) - 1
 
     @property
+    def receiver_node(self) -> Tensor:
+        """`[n_receivers]`: the node (index into `nodes`) each receiver input belongs to; the logits are the last."""
+        out = []
+        for r in self.receivers:
+            if r.kind == "logits":
+                out.append(self.n_nodes - 1)
+            elif r.kind == "mlp":
+                out.append(self.mlp_sender(r.layer))
+            else:
+                out.append(self.head_sender(r.layer, int(r.head or 0)))
+        return torch.tensor(out, dtype=torch.long)
+
+    @property
     def edge_sender(self) -> Tensor:
         """`[n_edges]` sender index of each edge."""
         if self._edge_sender is None:

@@ -206,19 +206,6 @@ def _prepared(model: GPT, task: Task, intervention: str, reference: Task | None,
 # ----------------------------------------------------------------------------
 # circuits at MIB's percentages
 # ----------------------------------------------------------------------------
-def _receiver_nodes(graph: Graph) -> Tensor:
-    """`[n_receivers]`: the sender index of each receiver's node (-1 for the logits)."""
-    out = []
-    for r in graph.receivers:
-        if r.kind == "logits":
-            out.append(-1)
-        elif r.kind == "mlp":
-            out.append(graph.mlp_sender(r.layer))
-        else:
-            out.append(graph.head_sender(r.layer, int(r.head or 0)))
-    return torch.tensor(out, dtype=torch.long)
-
-
 class _Pruner:
     """MIB's circuit from top-n items, as the EAP-IG code at 7af394a builds it: its `[n_forward, n_backward]`
     `in_graph` matrix (a node-level circuit sets a kept node's whole row, including pairs that are no edge
@@ -232,9 +219,10 @@ class _Pruner:
     def __init__(self, graph: Graph):
         self.graph = graph
         n_s, n_r = len(graph.senders), len(graph.receivers)
-        rnode = _receiver_nodes(graph)
+        rnode = graph.receiver_node
+        own = rnode < n_s  # every receiver but the logits belongs to a sender node
         self.owner = torch.zeros(n_s, n_r, dtype=torch.bool)  # sender node -> its own receiver inputs
-        self.owner[rnode[rnode >= 0], torch.arange(n_r)[rnode >= 0]] = True
+        self.owner[rnode[own], torch.arange(n_r)[own]] = True
         self.logits = graph.logits_receiver
 
     def prune(self, matrix: Tensor, nodes: Tensor) -> tuple[Tensor, Tensor]:
