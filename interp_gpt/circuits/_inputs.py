@@ -111,6 +111,15 @@ class Prepared(NamedTuple):
             self.model, self.graph, self.base, self.other_of, self.base.sender_values, sets, metric, **kw
         )
 
+    def run_circuits(self, masks: Sequence[Tensor], metric: Metric, **kw: Any) -> Tensor:
+        """Metric `[len(masks)]` of the circuits `masks` (bool `[n_edges]` each: those edges keep their
+        clean values, every other edge is patched); equal masks are run once (`kw`: `run`'s options)."""
+        keys = [bytes(m.numpy().tobytes()) for m in masks]
+        by_key = dict(zip(keys, masks, strict=True))  # equal masks share a key: one run each
+        values = self.run([(~m).nonzero().flatten() for m in by_key.values()], metric, **kw)
+        where = {k: i for i, k in enumerate(by_key)}
+        return torch.stack([values[where[k]] for k in keys]).cpu()
+
 
 def prepare(
     model: Any,

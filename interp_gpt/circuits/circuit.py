@@ -169,11 +169,7 @@ class _Evaluator:
 
     def __call__(self, masks: Sequence[Tensor], progress: bool, desc: str) -> Tensor:
         """Metric `[len(masks)]` of the circuits `masks` (bool `[n_edges]` each); equal masks are run once."""
-        keys = [bytes(m.numpy().tobytes()) for m in masks]
-        unique = list(dict.fromkeys(keys))
-        sets = [(~masks[keys.index(k)]).nonzero().flatten() for k in unique]
-        values = self.prepared.run(sets, self.metric, progress=progress, desc=desc, **self.kw)
-        return torch.stack([values[unique.index(k)] for k in keys]).cpu()
+        return self.prepared.run_circuits(masks, self.metric, progress=progress, desc=desc, **self.kw)
 
 
 def _circuit_mask(graph: Graph, circuit: Any, caller: str) -> Tensor:

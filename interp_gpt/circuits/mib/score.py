@@ -225,12 +225,16 @@ class _Pruner:
         self.owner[rnode[own], torch.arange(n_r)[own]] = True
         self.logits = graph.logits_receiver
 
+    def live_nodes(self, matrix: Tensor) -> Tensor:
+        """`[n_senders]`: the nodes with an edge out and an edge in (the input counts as fed)."""
+        fed = (matrix.any(0)[None, :] & self.owner).any(1)
+        fed[0] = True
+        return matrix.any(1) & fed
+
     def prune(self, matrix: Tensor, nodes: Tensor) -> tuple[Tensor, Tensor]:
         """MIB's `Graph.prune` of `matrix [n_senders, n_receivers]` with its nodes in the graph `[n_senders]`."""
         while True:
-            fed = (matrix.any(0)[None, :] & self.owner).any(1)
-            fed[0] = True
-            new = matrix.any(1) & fed
+            new = self.live_nodes(matrix)
             same = bool((new == nodes).all())
             nodes = new
             alive = (nodes[:, None] & self.owner).any(0)
@@ -248,9 +252,7 @@ class _Pruner:
         """An edge-level top-n (`mask [n_edges]`), as MIB evaluates it."""
         matrix = torch.zeros(len(self.graph.senders), len(self.graph.receivers), dtype=torch.bool)
         matrix[self.graph.edge_sender[mask], self.graph.edge_receiver[mask]] = True
-        fed = (matrix.any(0)[None, :] & self.owner).any(1)
-        fed[0] = True
-        return self.evaluated(matrix, matrix.any(1) & fed)
+        return self.evaluated(matrix, self.live_nodes(matrix))  # apply_topn's nodes: prune's own rule
 
     def nodes(self, keep: Tensor) -> Tensor:
         """A node-level top-n (`keep [n_senders]`): every kept node's whole row, as MIB evaluates it."""
@@ -348,11 +350,9 @@ class _Run:
         self.graph, self.kw = self.prepared.graph, kw
 
     def __call__(self, masks: list[Tensor], desc: str) -> Tensor:
-        keys = [bytes(m.numpy().tobytes()) for m in masks]
-        unique = list(dict.fromkeys(keys))
-        sets = [(~masks[keys.index(k)]).nonzero().flatten() for k in unique]
-        values = self.prepared.run(sets, self.task.metric, desc=desc, logit_positions=self.task.positions, **self.kw)
-        return torch.stack([values[unique.index(k)] for k in keys]).cpu()
+        return self.prepared.run_circuits(
+            masks, self.task.metric, desc=desc, logit_positions=self.task.positions, **self.kw
+        )
 
 
 def _result(
