@@ -21,6 +21,24 @@ from torch import Tensor
 
 
 # ----------------------------------------------------------------------------
+# The research codes' hard-coded CUDA
+# ----------------------------------------------------------------------------
+class TorchOn:
+    """`torch` as a module that writes `torch.zeros(..., device="cuda")` should see it on a machine without
+    CUDA (the EAP-IG code does): set as that module's global `torch`, its `zeros(device="cuda")` lands on
+    `device`, and every other name is torch's. Their files stay as they are."""
+
+    def __init__(self, device: str) -> None:
+        self.device = device
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(torch, name)
+
+    def zeros(self, *size: Any, device: Any = None, **kwargs: Any) -> torch.Tensor:
+        return torch.zeros(*size, device=self.device if device == "cuda" else device, **kwargs)
+
+
+# ----------------------------------------------------------------------------
 # The checkpoint
 # ----------------------------------------------------------------------------
 def checkpoint(folder: str | os.PathLike | None = None, seed: int = 0) -> tuple[Path, str]:

@@ -49,7 +49,7 @@ from typing import Any
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import edge_hooked_transformer, interleaved, median, random_tokens  # noqa: E402
+from _common import TorchOn, edge_hooked_transformer, interleaved, median, random_tokens  # noqa: E402
 
 from interp_gpt import GPT, preset  # noqa: E402
 from interp_gpt.circuits import Graph, eap_ig_scores, eap_scores  # noqa: E402
@@ -64,19 +64,6 @@ def metric(logits: torch.Tensor) -> torch.Tensor:
 
 def their_metric(logits: torch.Tensor, clean_logits: Any, input_lengths: Any, label: Any) -> torch.Tensor:
     return (logits[:, -1, ANSWER] - logits[:, -1, WRONG]).sum()
-
-
-class TorchOn:
-    """`torch` as `eap.attribute` sees it: `zeros(..., device="cuda")` lands on `device` instead."""
-
-    def __init__(self, device: str) -> None:
-        self.device = device
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(torch, name)
-
-    def zeros(self, *size: Any, device: Any = None, **kwargs: Any) -> torch.Tensor:
-        return torch.zeros(*size, device=self.device if device == "cuda" else device, **kwargs)
 
 
 def tokens_as_is(model: Any, tokens: torch.Tensor, max_length: Any = None) -> tuple:

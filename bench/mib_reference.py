@@ -129,6 +129,9 @@ os.environ.setdefault("TQDM_DISABLE", "1")  # their progress bars, some not behi
 
 import torch  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import TorchOn  # noqa: E402  (torch only: nothing of interp_gpt in the reference venv)
+
 REPO = Path(__file__).resolve().parents[1]
 DATA = REPO / "tests" / "data" / "mib"
 TINY_FOLDER = REPO / "interp_gpt" / "weights" / "tiny-gpt2"
@@ -147,19 +150,6 @@ TASKS = {"mixed": ((6, 4), (5, 3)), "equal": ((6, 4),)}
 # The random model does no induction: with only S[m] corrupted its clean and corrupted logit differences
 # are equal to 0.002 (faithfulness divides by that), so its corrupted prompts change the last token too.
 SWAP_LAST = {"tiny-gpt2": False, "random-gpt2": True}
-
-
-class TorchOn:
-    """`torch` as the EAP-IG modules see it: `zeros(..., device='cuda')` lands on `device` instead."""
-
-    def __init__(self, device: str) -> None:
-        self.device = device
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(torch, name)
-
-    def zeros(self, *size: Any, device: Any = None, **kwargs: Any) -> torch.Tensor:
-        return torch.zeros(*size, device=self.device if device == "cuda" else device, **kwargs)
 
 
 def import_theirs(eap_ig: Path, mib: Path, device: str) -> dict[str, Any]:
