@@ -179,3 +179,15 @@ def receiver_inputs_and_grads(model: GPT, resid0: Tensor, metric: Callable[[Tens
             out[f"m{layer}"] = grads[f"m{layer}"]
     out["logits"] = grads["logits"]
     return out
+
+
+def diff_times_grad(
+    edge_names: list[str], clean: dict[str, Tensor], other: dict[str, Tensor], grads: dict[str, Tensor]
+) -> Tensor:
+    """Per edge (in `edge_names`' order): sum over batch and positions of (other - clean) sender output
+    times its receiver input's gradient (EAP's score, given the gradients)."""
+    out = torch.empty(len(edge_names), dtype=torch.float64)
+    for i, name in enumerate(edge_names):
+        s, r = parse(name)
+        out[i] = ((other[s] - clean[s]) * grads[r]).sum()
+    return out

@@ -22,7 +22,13 @@ from interp_gpt.circuits.scores import modified_eap_scores
 from interp_gpt.model.activations import gelu_new
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from circuit_refs import all_flags, parse, random_model, receiver_inputs_and_grads, sender_values  # noqa: E402
+from circuit_refs import (  # noqa: E402
+    all_flags,
+    diff_times_grad,
+    random_model,
+    receiver_inputs_and_grads,
+    sender_values,
+)
 
 CFG = Config(n_layers=2, d_model=24, n_heads=3, d_vocab=40, n_ctx=16)
 RULES = {
@@ -181,12 +187,7 @@ def _reference_scores(model: Any, clean: torch.Tensor, corrupted: torch.Tensor, 
     c_vals, x_vals = sender_values(model, clean), sender_values(model, corrupted)
     with _attached(model, rules(model)):
         grads = receiver_inputs_and_grads(model, c_vals["input"], metric)
-    g = Graph(model.cfg)
-    out = torch.empty(g.n_edges, dtype=torch.float64)
-    for i, name in enumerate(g.edge_names):
-        s, r = parse(name)
-        out[i] = ((x_vals[s] - c_vals[s]) * grads[r]).sum()
-    return out
+    return diff_times_grad(Graph(model.cfg).edge_names, c_vals, x_vals, grads)
 
 
 @pytest.mark.parametrize(

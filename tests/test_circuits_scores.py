@@ -17,7 +17,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from circuit_refs import (  # noqa: E402
     all_flags,
     brute_patch,
-    parse,
+    diff_times_grad,
     random_model,
     receiver_inputs_and_grads,
     sender_values,
@@ -43,12 +43,7 @@ def _reference_scores(model, clean, corrupted, alphas):  # type: ignore[no-untyp
         resid0 = x_vals["input"] + a * (c_vals["input"] - x_vals["input"])
         for k, g in receiver_inputs_and_grads(model, resid0, metric).items():
             grads[k] = grads.get(k, 0) + g / len(alphas)
-    g = Graph(model.cfg)
-    out = torch.empty(g.n_edges, dtype=torch.float64)
-    for i, name in enumerate(g.edge_names):
-        s, r = parse(name)
-        out[i] = ((x_vals[s] - c_vals[s]) * grads[r]).sum()
-    return out
+    return diff_times_grad(Graph(model.cfg).edge_names, c_vals, x_vals, grads)
 
 
 def test_eap_equals_corrupted_minus_clean_times_the_gradient():
