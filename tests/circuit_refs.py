@@ -191,3 +191,20 @@ def diff_times_grad(
         s, r = parse(name)
         out[i] = ((other[s] - clean[s]) * grads[r]).sum()
     return out
+
+
+def resid_pre_grads(
+    model: Any, tokens: Tensor, hooks: list[tuple[str, Any]], metric: Callable[[Tensor], Tensor]
+) -> list[Tensor]:
+    """d metric / d every layer's `hook_resid_pre`, with `hooks` (name, fn) attached: any model with
+    transformer-lens' `run_with_hooks` (ours, a HookedTransformer). A layer the metric does not reach gets zeros."""
+    kept: list[Tensor] = []
+
+    def keep(x: Tensor, hook: Any) -> Tensor:
+        kept.append(x)
+        return x
+
+    names = [f"blocks.{layer}.hook_resid_pre" for layer in range(model.cfg.n_layers)]
+    with torch.enable_grad():
+        logits = model.run_with_hooks(tokens, fwd_hooks=hooks + [(n, keep) for n in names])
+        return list(torch.autograd.grad(metric(logits), kept, allow_unused=True, materialize_grads=True))

@@ -19,7 +19,7 @@ from interp_gpt.circuits.rules import gim_rules
 from interp_gpt.compare import transformer_lens_major
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from circuit_refs import random_model  # noqa: E402
+from circuit_refs import random_model, resid_pre_grads  # noqa: E402
 
 gim = pytest.importorskip("gim")
 pytest.importorskip("transformer_lens")
@@ -66,16 +66,7 @@ def pair():  # type: ignore[no-untyped-def]
 
 
 def _our_grads(model: Any, tokens: torch.Tensor, rules: list[Any]) -> list[torch.Tensor]:
-    kept: list[torch.Tensor] = []
-
-    def keep(x: torch.Tensor, hook: Any) -> torch.Tensor:
-        kept.append(x)
-        return x
-
-    hooks = [(f"blocks.{layer}.hook_resid_pre", keep) for layer in range(CFG.n_layers)]
-    with torch.enable_grad():
-        logits = model.run_with_hooks(tokens, fwd_hooks=[(hp.name, fn) for hp, fn in rules] + hooks)
-        return list(torch.autograd.grad(metric(logits), kept))
+    return resid_pre_grads(model, tokens, [(hp.name, fn) for hp, fn in rules], metric)
 
 
 def _their_grads(model: Any, tokens: torch.Tensor, **options: Any) -> list[torch.Tensor]:

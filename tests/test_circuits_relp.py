@@ -21,7 +21,7 @@ from interp_gpt import Config
 from interp_gpt.circuits.rules import relp_rules
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from circuit_refs import random_model  # noqa: E402
+from circuit_refs import random_model, resid_pre_grads  # noqa: E402
 
 
 def _is_relp_fork() -> bool:
@@ -65,16 +65,7 @@ def _fork(ours: Any, rules: list[str]) -> Any:
 
 
 def _grads(model: Any, tokens: torch.Tensor, extra: list[tuple[str, Any]]) -> list[torch.Tensor]:
-    kept: list[torch.Tensor] = []
-
-    def keep(x: torch.Tensor, hook: Any) -> torch.Tensor:
-        kept.append(x)
-        return x
-
-    hooks = [(f"blocks.{layer}.hook_resid_pre", keep) for layer in range(CFG.n_layers)]
-    with torch.enable_grad():
-        logits = model.run_with_hooks(tokens, fwd_hooks=extra + hooks)
-        return list(torch.autograd.grad(metric(logits), kept, allow_unused=True, materialize_grads=True))
+    return resid_pre_grads(model, tokens, extra, metric)
 
 
 @pytest.mark.parametrize("ah_rule", [False, True], ids=["default", "ah_rule"])
