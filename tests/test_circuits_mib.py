@@ -405,3 +405,17 @@ def test_relp_and_gim_track_exact_patching_of_mlp_outputs_better_than_eap(tiny, 
 
     relp, gim, eap = r(relp_scores), r(gim_scores), r(eap_scores)
     assert relp > gim + 0.02 and gim > eap + 0.02, (relp, gim, eap)
+
+
+def test_a_task_built_by_hand_is_checked_by_name():
+    ids = torch.zeros(3, 5, dtype=torch.long)
+    ok = dict(clean=ids, corrupted=ids, lengths=torch.tensor([5, 4, 3]), answers=torch.zeros(3, 2, dtype=torch.long))
+    Task("t", **ok)
+    with pytest.raises(ValueError, match=r"answers must be \[3, 2\]"):
+        Task("t", **{**ok, "answers": torch.zeros(3, dtype=torch.long)})
+    with pytest.raises(ValueError, match="corrupted has shape"):
+        Task("t", **{**ok, "corrupted": torch.zeros(3, 4, dtype=torch.long)})
+    with pytest.raises(ValueError, match="lengths must be"):
+        Task("t", **{**ok, "lengths": torch.tensor([5, 6, 3])})
+    with pytest.raises(TypeError, match="clean must be an integer tensor"):
+        Task("t", **{**ok, "clean": ids.float()})

@@ -48,6 +48,32 @@ class Task:
     lengths: Int[Tensor, " n"]
     answers: Int[Tensor, "n 2"]
 
+    def __post_init__(self) -> None:
+        where = f"Task({self.name!r})"
+        for arg in ("clean", "corrupted", "lengths", "answers"):
+            t = getattr(self, arg)
+            if not isinstance(t, Tensor) or t.is_floating_point() or t.dtype == torch.bool:
+                got = t.dtype if isinstance(t, Tensor) else type(t).__name__
+                raise TypeError(f"{where}: {arg} must be an integer tensor, got {got}")
+        n = self.clean.shape[0] if self.clean.ndim == 2 else -1
+        if self.clean.ndim != 2 or n == 0:
+            raise ValueError(
+                f"{where}: clean must be token ids [n, pos] with n >= 1, got shape {tuple(self.clean.shape)}"
+            )
+        if self.corrupted.shape != self.clean.shape:
+            raise ValueError(
+                f"{where}: corrupted has shape {tuple(self.corrupted.shape)}, clean {tuple(self.clean.shape)}: "
+                "each clean prompt needs a counterfactual of the same length"
+            )
+        if self.lengths.shape != (n,) or bool((self.lengths < 1).any() | (self.lengths > self.clean.shape[1]).any()):
+            raise ValueError(
+                f"{where}: lengths must be [{n}] real-token counts in 1..{self.clean.shape[1]}, got {self.lengths.tolist()}"
+            )
+        if self.answers.shape != (n, 2):
+            raise ValueError(
+                f"{where}: answers must be [{n}, 2] (correct, incorrect token ids), got shape {tuple(self.answers.shape)}"
+            )
+
     def __len__(self) -> int:
         return int(self.clean.shape[0])
 
