@@ -29,7 +29,7 @@ from ..factored import FactoredMatrix
 from ..hooks import HookPoint, explicit_paths
 from ..tokenizer.by_name import tokenizer_by_name
 from ..utils import lm_cross_entropy_loss
-from .activations import ACTIVATIONS, IN_PLACE, add_bias, unembed_in_slices
+from .activations import ACTIVATIONS, IN_PLACE, add_bias, by_heads, unembed_in_slices
 from .attention_blocks import blocks_apply, causal_attention_in_blocks
 from .generation import GenerationMixin, KVCache, rollback_on_error
 from .hooked import HookedGPT
@@ -161,9 +161,10 @@ class Attention(nn.Module):
 
     def project(self, x: Resid, W: Tensor, b: Tensor) -> Float[Tensor, "batch posn n_heads d_head"]:
         if x.ndim == 3 and not (x.requires_grad and torch.is_grad_enabled()):  # one input for all heads
-            # A broadcast view with heads as a batch axis reads W where it lies, with no [d_model, n_heads*d_head]
-            # copy per call; under autograd the one product's gradient to x is one matmul, not one per head.
+            # a broadcast view, heads as a batch axis: W read where it lies, no [d_model, n_heads*d_head] copy
             x = einops.repeat(x, "batch posn d_model -> batch posn n_heads d_model", n_heads=W.shape[0])
+        elif x.ndim == 3:  # under autograd one matmul, heads side by side: its gradient is one matmul (by_heads)
+            return add_bias(by_heads(x, W), b)
         x_axes = "batch posn d_model" if x.ndim == 3 else "batch posn n_heads d_model"
         return add_bias(einops.einsum(x, W, f"{x_axes}, n_heads d_model d_head -> batch posn n_heads d_head"), b)
 
@@ -233,10 +234,10 @@ class Attention(nn.Module):
                 )
             )
             return result.sum(dim=2) + self.b_O
-        return add_bias(
-            einops.einsum(z, self.W_O, "batch posn n_heads d_head, n_heads d_head d_model -> batch posn d_model"),
-            self.b_O,
-        )
+        if z.requires_grad and torch.is_grad_enabled():  # one matmul, heads side by side (as by_heads)
+            return add_bias(z.flatten(-2) @ self.W_O.flatten(0, 1), self.b_O)
+        out = einops.einsum(z, self.W_O, "batch posn n_heads d_head, n_heads d_head d_model -> batch posn d_model")
+        return add_bias(out, self.b_O)
 
 
 class MLP(nn.Module):
