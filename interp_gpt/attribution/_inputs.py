@@ -24,7 +24,7 @@ from torch import Tensor
 from ..model.gpt import GPT
 from ..prepare import checked_model, prompt_tokens
 from ..sae.transcoders.clt import CrossLayerTranscoder
-from ..sae.transcoders.transcoder import Transcoder, check_transcoder_fits
+from ..sae.transcoders.transcoder import Transcoder, fit_plan
 from .replacement import Readers
 
 __all__: list[str] = []
@@ -102,9 +102,10 @@ def check_transcoders(model: GPT, transcoders: Any, caller: str) -> Readers:
             f"got {type(transcoders).__name__}"
         )
     by_layer: dict[int, Transcoder] = {}
+    plans: dict[int, Any] = {}
     for i, tc in enumerate(transcoders):
         arg = f"transcoders[{i}]"
-        check_transcoder_fits(model, tc, caller=caller, arg=arg)
+        plan = fit_plan(model, tc, caller=caller, arg=arg)  # check_transcoder_fits' checks, and the map
         if tc.layer is None:
             raise ValueError(f"{caller}: {arg}: its hooks {tc.input_hook!r}, {tc.output_hook!r} name no layer")
         if tc.layer in by_layer:
@@ -112,16 +113,24 @@ def check_transcoders(model: GPT, transcoders: Any, caller: str) -> Readers:
         for field, width in (("d_in", tc.d_in), ("d_out", tc.d_out)):
             if width != d:
                 raise ValueError(f"{caller}: {arg}: {field}={width} does not fit the model's MLP, d_model={d}")
-        by_layer[tc.layer] = tc
+        by_layer[tc.layer], plans[tc.layer] = tc, plan
     missing = [layer for layer in range(n) if layer not in by_layer]
     if missing:
         raise ValueError(
             f"{caller}: transcoders: none for layers {missing}; the replacement model needs one for every layer 0..{n - 1}"
         )
-    converted = [by_layer[layer].converted_to(model, copy=False) for layer in range(n)]
+    converted = [_converted(model, by_layer[layer], plans[layer]) for layer in range(n)]
     for layer, tc in enumerate(converted):
         _check_hooks(tc.input_hook, tc.output_hook, layer, f"the transcoder of layer {layer}", caller)
     return Readers(converted, n)
+
+
+def _converted(model: GPT, tc: Transcoder, plan: Any) -> Transcoder:
+    """`tc` on the model's weights: itself where its `plan` (fit_plan's) maps nothing, as converted_to(copy=False)
+    returns it, without working the plan out again (a check of the model's weights per layer)."""
+    if plan is None or (plan.identity and plan.read_hook == tc.input_hook):
+        return tc
+    return tc.converted_to(model, copy=False)
 
 
 def _check_hooks(read: str | None, write: str | None, layer: int, what: str, caller: str) -> None:

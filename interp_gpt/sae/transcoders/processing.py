@@ -78,7 +78,7 @@ class Plan:
 
 def _mlp_out_centred(model: Any, layer: int) -> bool:
     mlp = model.blocks[layer].mlp
-    return is_centred(mlp.W_out) and is_centred(mlp.b_out)
+    return is_centred(mlp.b_out) and is_centred(mlp.W_out)  # the small one first: often enough to say no
 
 
 def _resid_mid_centred(model: Any, layer: int) -> bool:
