@@ -290,7 +290,7 @@ def test_readme_attribution_example_runs(tmp_path) -> None:  # type: ignore[no-u
 
 def test_a_graph_under_no_grad_is_the_same_graph(tiny_model: GPT) -> None:
     """Notebooks switch gradients off globally; attribute turns them on for itself (and no batch size changes
-    a value: every target is read in its own copy of the prompt)."""
+    a value: every target is read in its own sample of the batched backward pass)."""
     tcs = plts(tiny_model.cfg.d_model, tiny_model.cfg.n_layers, skip=True)
     graph = attribute(tiny_model, TOKENS, tcs, batch_size=7)
     with torch.no_grad():

@@ -170,9 +170,9 @@ def test_the_estimate_grows_with_batch_length_and_width(tiny_model: GPT, tmp_pat
         )
 
     small, wide = est(), est(width=4096)
-    assert est(batch=8).forward > small.forward and est(batch=8).adjacency == small.adjacency
-    # the forward pass is linear in the batch (what autograd keeps of each copy)
-    assert est(batch=8).forward - small.forward == est(batch=12).forward - est(batch=8).forward
+    # one copy's graph whatever the batch; the backward pass batched over it grows with the batch
+    assert est(batch=8).forward == small.forward and est(batch=8).adjacency == small.adjacency
+    assert est(batch=12).transient > est(batch=8).transient > small.transient
     longer = est(length=20)
     for part in ("forward", "features", "encoder_rows", "decoder_rows", "adjacency"):
         assert getattr(longer, part) > getattr(small, part), part

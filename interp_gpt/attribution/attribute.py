@@ -4,15 +4,18 @@ and next-token logits) of a prompt in a local replacement model -- circuit-trace
 
 0. **Local replacement model** (replacement.py): attention patterns and LayerNorm scales frozen, MLPs
    replaced by the transcoders (hooks on an unchanged model), so every direct effect is one gradient.
-1. **Forward pass** (replacement.py): `batch_size` copies of the prompt, each layer's transcoder input and
-   MLP output and the embeddings recorded; position 0 (the BOS) zeroed: it is no node's value (a model
-   with no tokenizer gets no BOS put first: its position 0 is the prompt's first token, kept).
+1. **Forward pass** (replacement.py): one copy of the prompt, each layer's transcoder input and MLP output
+   and the embeddings recorded; position 0 (the BOS) zeroed: it is no node's value (a model with no
+   tokenizer gets no BOS put first: its position 0 is the prompt's first token, kept).
 2. **Logit targets** (targets.py): the top logits until `desired_logit_prob` or `max_n_logits` (or the
    targets given), each a demeaned unembedding direction through the frozen ln_final.
-3. **Logit attribution**: a backward pass per batch of targets; a row holds, per source, the gradient at
-   its place dotted with its vector (activation x decoder row, error vector, `W_E[token]`).
-4. **Feature attribution**: the same, injecting each feature's encoder row; with `max_feature_nodes`, by
-   influence on the logits (re-ranked every `update_interval` batches), only those visited kept.
+3. **Logit attribution**: a backward pass per batch of targets, batched over the one copy's graph; a row
+   holds, per source, the gradient at its place dotted with its vector (activation x decoder row, error
+   vector, `W_E[token]`).
+4. **Feature attribution**: the same, injecting each feature's encoder row, in order of position, each
+   batch over a prefix of the prompt that holds its targets (replacement.Prefixes); with
+   `max_feature_nodes`, by influence on the logits (re-ranked every `update_interval` batches), only
+   those visited kept.
 5. **Assemble graph**: `adjacency_matrix[target, source]` in circuit-tracer's node order (features by layer,
    pos, feature; errors by layer, pos; embeddings; logits), dense or a `torch.sparse_csr_tensor` (sparse.py).
 
@@ -41,7 +44,7 @@ from ..sae.transcoders.transcoder import Transcoder
 from ._inputs import bos_positions, prepare
 from .graph import AttributionGraph
 from .memory import available_bytes, refuse_if_short
-from .replacement import ForwardPass, Readers, run_forward
+from .replacement import ForwardPass, Prefixes, Readers, run_forward
 from .sparse import RowPieces, cone_nonzeros, csr_bytes
 from .targets import logit_targets
 
@@ -84,8 +87,9 @@ def attribute(
         desired_logit_prob: the top logits are taken until their probabilities sum to this (at most
             `max_n_logits` of them), when attribution_targets is None.
         max_feature_nodes: at most this many feature nodes, the most influential (None: every active feature).
-        batch_size: targets per backward pass (and copies of the prompt in the one forward pass); None:
-            16 on the CPU (as fast as larger batches there, in less memory: bench/attribution.py), 128 on a GPU.
+        batch_size: targets per backward pass (circuit-tracer's batch_size is that and the copies of the prompt
+            in its forward pass: ours runs one copy); None: 16 on the CPU (as fast as larger batches there, in
+            less memory: bench/attribution.py), 128 on a GPU.
         update_interval: batches between re-rankings of the features by influence.
         sparse: the adjacency as a `torch.sparse_csr_tensor` (float32 values, int32 indices) holding only the
             non-zeros (about a quarter of the entries with every feature a node: each target's causal cone),
@@ -113,7 +117,7 @@ def attribute(
 
     # Phases 0 and 1: the local replacement model and its forward pass
     # the BOS's features and error vectors are zeroed, as circuit-tracer does (none without a tokenizer)
-    fwd = run_forward(model, tokens, readers, batch_size, bos_positions(model))
+    fwd = run_forward(model, tokens, readers, bos_positions(model))
     n_layers, n_pos = model.cfg.n_layers, tokens.shape[0]
     acts = torch.stack(fwd.activations)  # [n_layers, pos, d_sae]
     fwd.activations.clear()  # the dense activations are not held past here (only the active ones)
@@ -121,7 +125,7 @@ def attribute(
     values = acts[tuple(active.T)]
     del acts
     n_active = active.shape[0]
-    sources = _Sources(model, readers, fwd, active, values)
+    sources = _Sources(model, tokens, readers, fwd, active, values)
 
     # Phase 2: the logit targets
     targets, probs, vecs = logit_targets(model, fwd.logits[-1], attribution_targets, max_n_logits, desired_logit_prob)
@@ -252,10 +256,19 @@ def _feature_attribution(
             influence = _partial_influence(rows.edges[:st], probs, rows.row_node[:st])[:n_active]
             ranked = torch.argsort(influence, descending=True)
             pending = ranked[~visited[ranked]][: min(update_interval * batch_size, n_keep - int(visited.sum()))]
-        for batch in pending.split(batch_size):
-            batch_rows = sources.rows(active[batch, 0], active[batch, 1], encoders[batch])
-            # direct: pending is 0..n_active-1 in order: the batch's nodes are a run of rows
-            rows.write(int(batch[0]) if direct else st, batch_rows)
+        # in order of position (then layer, feature), each batch run over a prefix of the prompt that holds
+        # its targets (replacement.Prefixes); the order changes no row, nor which are visited
+        pending = pending[torch.argsort(active[pending, 1], stable=True)]
+        batches = pending.split(batch_size)
+        needed = torch.stack([active[batch, 1].max() + 1 for batch in batches])
+        work = torch.tensor([len(batch) * (int(active[batch, 0].max()) + 1) for batch in batches])
+        for batch, length in zip(batches, sources.prefixes.plan(needed, work), strict=True):
+            batch_rows = sources.rows(active[batch, 0], active[batch, 1], encoders[batch], length)
+            if direct:  # each row at its node's place
+                for at, run in _runs(batch, batch_rows):
+                    rows.write(at, run)
+            else:
+                rows.write(st, batch_rows)
             rows.row_node[st : st + len(batch)] = batch
             visited[batch] = True
             st += len(batch)
@@ -264,12 +277,21 @@ def _feature_attribution(
     return visited
 
 
+def _runs(nodes: Tensor, rows: Tensor) -> list[tuple[int, Tensor]]:
+    """The rows of `nodes` (ascending within runs of consecutive nodes) as (first node, rows) runs."""
+    breaks = (torch.where(nodes.diff() != 1)[0] + 1).tolist()
+    bounds = [0, *breaks, nodes.shape[0]]
+    return [(int(nodes[a]), rows[a:b]) for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
+
+
 class _Sources:
     """Phases 3 and 4's backward passes: the rows of direct effects for a batch of targets."""
 
-    def __init__(self, model: Any, readers: Readers, fwd: ForwardPass, active: Tensor, values: Tensor):
+    def __init__(self, model: Any, tokens: Tensor, readers: Readers, fwd: ForwardPass, active: Tensor, values: Tensor):
         self.fwd, self.readers, self.active = fwd, readers, active
-        dtype = fwd.embeds.dtype
+        self.prefixes = Prefixes(model, tokens, readers, fwd.graph)
+        self.n_layers, self.n_pos = model.cfg.n_layers, tokens.shape[0]
+        dtype = fwd.graph.embeds.dtype
         # every feature's scaled decoder rows, flattened: (feature index, layer written, pos, a_s * W_dec row)
         feat_idx, out_layer, pos, vec = [], [], [], []
         for layer in range(model.cfg.n_layers):
@@ -307,35 +329,43 @@ class _Sources:
             start += 1
         self.per_row = torch.zeros(0, self.dec.shape[0])
         self.n_active = active.shape[0]
-        self.token_vectors = fwd.embeds[0].detach()  # [pos, d_model]: W_E[token]
+        self.token_vectors = fwd.graph.embeds[0].detach()  # [pos, d_model]: W_E[token]
 
     def encoder_rows(self) -> Tensor:
         """`[n_active, d_in]` each active feature's encoder row (what its pre-activation reads)."""
-        enc = torch.zeros(self.n_active, self.fwd.inputs[0].shape[-1], dtype=self.readers.dtype)
+        enc = torch.zeros(self.n_active, self.fwd.graph.inputs[0].shape[-1], dtype=self.readers.dtype)
         for layer in self.active[:, 0].unique().tolist():
             mask = self.active[:, 0] == layer
             enc[mask] = self.readers.encoder_columns(layer, self.active[mask, 2]).T.detach()
         return enc
 
-    def rows(self, layers: Tensor, positions: Tensor, inject: Tensor) -> Tensor:
+    def rows(self, layers: Tensor, positions: Tensor, inject: Tensor, length: int | None = None) -> Tensor:
         """`[n, n_active + (n_layers + 1) * n_pos]` the direct effects on `inject[b]` read at layer `layers[b]`'s
         input (n_layers: ln_final's output) at `positions[b]`, of every feature, error node and embedding.
 
-        One backward pass for the `n` targets together (target b read in copy b of the prompt). Only the
-        sources in the targets' causal cone are read: MLP outputs of the layers below the highest target and
-        positions up to the last target's (the gradient is zero elsewhere)."""
+        One backward pass for the `n` targets together, batched over one copy of the graph of the prompt's
+        first `length` positions (None: all; replacement.Prefixes). Only the sources in the targets' causal
+        cone are read: MLP outputs of the layers below the highest target and positions up to the last
+        target's (the gradient is zero elsewhere)."""
         fwd, n = self.fwd, layers.shape[0]
-        n_layers, n_pos = len(fwd.inputs), fwd.embeds.shape[1]
+        n_layers, n_pos = self.n_layers, self.n_pos
         top, last = min(int(layers.max()), n_layers), int(positions.max()) + 1
-        places = [*fwd.mlp_outs[:top], fwd.embeds]
+        graph = self.prefixes.get(n_pos if length is None else length)
+        assert graph.n >= last, f"a graph of {graph.n} positions for targets up to position {last - 1}"
+        places = [*graph.mlp_outs[:top], graph.embeds]
+        outputs, cotangents = [], []
+        for layer in layers.unique().tolist():
+            mask = layers == layer
+            target = graph.final if layer == n_layers else graph.inputs[layer]  # [1, n, d]
+            cotangent = target.new_zeros(n, *target.shape)  # target b's injection in sample b
+            cotangent[torch.where(mask)[0], 0, positions[mask]] = inject[mask].to(target.dtype)
+            outputs.append(target)
+            cotangents.append(cotangent)
         with torch.enable_grad():  # under a caller's no_grad too
-            objective = fwd.embeds.new_zeros(())
-            for layer in layers.unique().tolist():
-                mask = layers == layer
-                target = fwd.final if layer == n_layers else fwd.inputs[layer]
-                b = torch.where(mask)[0]
-                objective = objective + (target[b, positions[mask]] * inject[mask].to(target.dtype)).sum()
-            raw = torch.autograd.grad(objective, places, retain_graph=True, allow_unused=True)
+            raw = torch.autograd.grad(
+                outputs, places, cotangents, retain_graph=True, allow_unused=True, is_grads_batched=True
+            )
+        raw = tuple(None if r is None else r[:, 0] for r in raw)  # [n, positions held, d]
         out = torch.zeros(n, self.n_active + (n_layers + 1) * n_pos)
         if self.per_row.shape[0] < n:
             self.per_row = torch.zeros(n, self.dec.shape[0])
@@ -352,9 +382,8 @@ class _Sources:
             out[:, : self.n_active].index_add_(1, self.feat_idx, self.per_row[:n])
             self.per_row.zero_()
         if raw[-1] is not None:
-            out[:, self.n_active + n_layers * n_pos :] = torch.einsum(
-                "bpd,pd->bp", raw[-1][:n], self.token_vectors
-            ).float()
+            at = self.n_active + n_layers * n_pos
+            out[:, at : at + last] = torch.einsum("bpd,pd->bp", raw[-1][:, :last], self.token_vectors[:last]).float()
         return out
 
 

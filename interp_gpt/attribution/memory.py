@@ -4,11 +4,10 @@ Each part is what attribute.py allocates, phase by phase (sizes in bytes; B the 
 positions, L layers, d d_model, H heads, F each layer's d_sae, A the active features, N the graph's nodes):
 
     weights        the model's parameters and the transcoders' resident ones (a lazily loaded matrix: none)
-    forward        phase 1's forward pass of B copies, kept for the backward passes: per layer 5 B P d values
-                   (residual, LayerNorm outputs, keys, values, z) and the attention pattern B H P^2, plus
-                   3 B P d (embeddings, ln_final) and one d^2 copy of a weight per layer; fitted to the
-                   resident memory of the pass over 2-4 layers, d_model 128-192, 4-8 heads, B 32-128,
-                   P 17-129, and checked on GPT-2 small's shape (bench/attribution_memory.py)
+    forward        the replacement model's graph of one copy of the prompt, kept for the backward passes
+                   (one graph at a time: replacement.Prefixes): per layer 5 P d values (residual, LayerNorm
+                   outputs, keys, values, z) and the attention pattern H P^2, plus 3 P d (embeddings,
+                   ln_final) and the value weights side by side (d^2 a layer)
     features       the active features' indices and values, the error vectors [L, P, d] and the logits
                    [P, d_vocab] (the dense activations [L, P, F] live in phase 1 only: see transient)
     encoder_rows   [A, d_in]: each active feature's encoder row (phase 4's injections)
@@ -18,7 +17,8 @@ positions, L layers, d d_model, H heads, F each layer's d_sae, A the active feat
                    or the CSR matrix of the causal cones' non-zeros (sparse.py)
     transient      the largest short-lived piece beyond those: phase 1's dense activations [L, P, F] (the list
                    and its stack) with one layer's encoder read from a lazily loaded file; one backward pass
-                   (gradients at every layer, [B, P, d] each, and the batch's rows); the influence ranking
+                   batched over the B targets (gradients at every layer, [B, P, d] each, the cotangents, and
+                   the batch's rows); the influence ranking
                    (two copies of the visited rows); the assembly; and 4 MiB of small objects
 
 `total` is their sum. The active features are predicted: a TopK transcoder has k per position (the BOS's
@@ -227,8 +227,8 @@ def _estimate(
     n_fixed = (L + 1) * P
     N = n_active + n_fixed + n_logits
     direct = n_keep == n_active
-    # forward: what autograd keeps of the B copies (counted with saved-tensor hooks), one layer's scores
-    forward = m * (5 * L * B * P * d + L * B * H * P * P + 3 * B * P * d + L * d * H * dh + 2 * L * B * P)
+    # forward: what autograd keeps of the graph of one copy (counted with saved-tensor hooks)
+    forward = m * (5 * L * P * d + L * H * P * P + 3 * P * d + L * d * H * dh + 2 * L * P)
     forward += L * P * P  # the causal masks
     features = 28 * n_active + L * P * d * m + P * s.V * m
     encoder_rows = n_active * s.d_in * t
@@ -246,7 +246,7 @@ def _estimate(
         sparse = small is not None and free is not None and dense > free
     as_sparse = bool(sparse) and small is not None
     adjacency = small if as_sparse and small is not None else dense
-    backward = m * (L + 4) * B * P * d + 4 * B * (n_active + n_fixed) + (17 * B * N if as_sparse else 0)
+    backward = m * (2 * L + 5) * B * P * d + 4 * B * (n_active + n_fixed) + (17 * B * N if as_sparse else 0)
     influence = 0 if direct else 8 * (n_keep + n_logits) * N
     assembly = 0 if direct else 4 * n_keep * N
     lazy_read = 0
