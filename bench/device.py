@@ -17,7 +17,9 @@ weights). Parts (each under its own time limit; a failing part is reported, the 
   generate  greedy decoding with the KV cache vs HF, goal HF time / ours >= 1.0;
   eap       eap_scores over every edge vs one forward+backward, goal <= 2 x;
   edges     100 single-edge sets through patch_edges vs 100 separate hooked forwards, <= 1/5;
-  sae       SAE training vs sae-lens (tiny-gpt2, TopK), goal ours tokens/s >= 1.5 x (fp32).
+  sae       SAE training vs sae-lens (tiny-gpt2, TopK), goal ours tokens/s >= 1.5 x (fp32);
+  attribution  attribution graphs (device_attribution.py): time and peak at batch 128 and 512, a
+            long prompt, the memory estimate against the peak, bf16 against fp32 (no goal: no peer here).
 
 Each part's competitors come from the other bench scripts (run.py's loaders, circuits.py's
 metric and separate forwards, sae_training.py's two trainers, patching.py's checkpoint), and
@@ -52,7 +54,7 @@ sys.path.insert(0, str(HERE))
 import _common as C  # noqa: E402
 import torch  # noqa: E402
 
-PARTS = ("parity", "forward", "cache", "patching", "generate", "eap", "edges", "sae")
+PARTS = ("parity", "forward", "cache", "patching", "generate", "eap", "edges", "sae", "attribution")
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 # Log-prob tolerance for the half-precision parity rows: max |log p_ours(dtype) - log p_HF(fp32)|
 # over every position and vocabulary entry must be within TOL[dtype] AND within twice what HF
@@ -414,6 +416,9 @@ class Device:
         r["ratio"] = r["tokens_per_s"]["ours"] / r["tokens_per_s"]["sae-lens"] if "sae-lens" in fns else None
         self.goal("sae", name, r["ratio"], reason=reason, detail=f"{n_tokens} tokens, batch {batch}")
         return r
+
+    def attribution(self, name: str, dtype: torch.dtype) -> dict[str, Any]:
+        return _load("device_attribution").attribution(self, name, dtype)  # type: ignore[no-any-return]
 
 
 def environment(args: argparse.Namespace) -> dict[str, Any]:
