@@ -62,7 +62,15 @@ def load_model(name: str) -> Any:
 
 
 def write_transcoders(model: Any, width: int, k: int, folder: Path, fmt: str, seed: int = 0) -> None:
-    from interp_gpt.sae import Transcoder, TranscoderConfig, save_transcoders
+    from interp_gpt.sae import save_transcoders
+
+    save_transcoders(make_transcoders(model, width, k, seed), folder, format=fmt)
+
+
+def make_transcoders(model: Any, width: int, k: int, seed: int = 0) -> list[Any]:
+    """One random TopK(k) transcoder per layer of `width` features, no skip, reading ln2.hook_normalized and
+    writing hook_mlp_out (what this script and bench/device_attribution.py measure)."""
+    from interp_gpt.sae import Transcoder, TranscoderConfig
 
     d = model.cfg.d_model
     tcs = []
@@ -78,7 +86,7 @@ def write_transcoders(model: Any, width: int, k: int, folder: Path, fmt: str, se
             tc.W_dec.copy_(torch.randn(width, d, generator=g) / width**0.5)
             tc.b_enc.copy_(torch.randn(width, generator=g) * 0.1)
         tcs.append(tc)
-    save_transcoders(tcs, folder, format=fmt)
+    return tcs
 
 
 def worker(args: argparse.Namespace) -> int:

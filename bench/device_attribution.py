@@ -21,32 +21,16 @@ from typing import Any
 import torch
 
 
-def transcoders(model: Any, width: int, seed: int = 0) -> list[Any]:
-    from interp_gpt.sae import Transcoder, TranscoderConfig
-
-    d, out = model.cfg.d_model, []
-    for layer in range(model.cfg.n_layers):
-        cfg = TranscoderConfig(
-            d_in=d, d_sae=width, d_out=d, architecture="topk", k=16, skip=False, nonnegative_acts=False,
-            metadata={"hook_name": f"blocks.{layer}.ln2.hook_normalized", "hook_name_out": f"blocks.{layer}.hook_mlp_out"},
-        )  # fmt: skip
-        tc = Transcoder(cfg)
-        g = torch.Generator().manual_seed(seed * 1000 + layer)
-        with torch.no_grad():
-            tc.W_enc.copy_(torch.randn(d, width, generator=g) / d**0.5)
-            tc.W_dec.copy_(torch.randn(width, d, generator=g) / width**0.5)
-            tc.b_enc.copy_(torch.randn(width, generator=g) * 0.1)
-        out.append(tc.to(model.W_E.device))
-    return out
-
-
 def attribution(bench: Any, name: str, dtype: torch.dtype) -> dict[str, Any]:
     """The part: rows of (case, time, peak memory, features), the checks, the fp32 graph kept for bf16's."""
+    from attribution_memory import make_transcoders  # bench/ is on the path (device.py puts it there)
+
     from interp_gpt.attribution import attribute, estimate_memory
 
     quick = bench.shapes.quick
     model = bench.ours(dtype, processed=False)
-    tcs = transcoders(model, 512 if quick else 24576)
+    width = 512 if quick else 24576
+    tcs = [tc.to(model.W_E.device) for tc in make_transcoders(model, width, 16)]
     n_tokens, long = (8, 24) if quick else (16, 128)
     prompt = bench.tokens(1, n_tokens, seed=3)[0]
     rows: dict[str, Any] = {}
