@@ -24,7 +24,7 @@ from torch import Tensor
 from ..model.gpt import GPT
 from ..prepare import checked_model, prompt_tokens
 from ..sae.transcoders.clt import CrossLayerTranscoder
-from ..sae.transcoders.transcoder import Transcoder, fit_plan
+from ..sae.transcoders.transcoder import Transcoder, converted_with, fit_plan
 from .replacement import Readers
 
 __all__: list[str] = []
@@ -119,18 +119,10 @@ def check_transcoders(model: GPT, transcoders: Any, caller: str) -> Readers:
         raise ValueError(
             f"{caller}: transcoders: none for layers {missing}; the replacement model needs one for every layer 0..{n - 1}"
         )
-    converted = [_converted(model, by_layer[layer], plans[layer]) for layer in range(n)]
+    converted = [converted_with(by_layer[layer], model, plans[layer], copy=False) for layer in range(n)]
     for layer, tc in enumerate(converted):
         _check_hooks(tc.input_hook, tc.output_hook, layer, f"the transcoder of layer {layer}", caller)
     return Readers(converted, n)
-
-
-def _converted(model: GPT, tc: Transcoder, plan: Any) -> Transcoder:
-    """`tc` on the model's weights: itself where its `plan` (fit_plan's) maps nothing, as converted_to(copy=False)
-    returns it, without working the plan out again (a check of the model's weights per layer)."""
-    if plan is None or (plan.identity and plan.read_hook == tc.input_hook):
-        return tc
-    return tc.converted_to(model, copy=False)
 
 
 def _check_hooks(read: str | None, write: str | None, layer: int, what: str, caller: str) -> None:

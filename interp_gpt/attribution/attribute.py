@@ -126,9 +126,11 @@ def attribute(
     del acts
     n_active = active.shape[0]
     sources = _Sources(model, tokens, readers, fwd, active, values)
+    last_logits = fwd.logits[-1]
+    del fwd  # its graph is the Prefixes' now, replaced as shorter ones are built: one graph held at a time
 
     # Phase 2: the logit targets
-    targets, probs, vecs = logit_targets(model, fwd.logits[-1], attribution_targets, max_n_logits, desired_logit_prob)
+    targets, probs, vecs = logit_targets(model, last_logits, attribution_targets, max_n_logits, desired_logit_prob)
     n_logits = len(targets)
     n_keep = n_active if max_feature_nodes is None else min(max_feature_nodes, n_active)
     as_sparse = _check_room(active, n_layers, n_pos, n_logits, n_keep, sparse, check_memory)
@@ -288,8 +290,9 @@ class _Sources:
     """Phases 3 and 4's backward passes: the rows of direct effects for a batch of targets."""
 
     def __init__(self, model: Any, tokens: Tensor, readers: Readers, fwd: ForwardPass, active: Tensor, values: Tensor):
-        self.fwd, self.readers, self.active = fwd, readers, active
-        self.prefixes = Prefixes(model, tokens, readers, fwd.graph)
+        self.readers, self.active, self.errors = readers, active, fwd.errors
+        self.d_in = fwd.graph.inputs[0].shape[-1]
+        self.prefixes = Prefixes(model, tokens, readers, fwd.graph)  # the graph held from here on: only there
         self.n_layers, self.n_pos = model.cfg.n_layers, tokens.shape[0]
         dtype = fwd.graph.embeds.dtype
         # every feature's scaled decoder rows, flattened: (feature index, layer written, pos, a_s * W_dec row)
@@ -333,7 +336,7 @@ class _Sources:
 
     def encoder_rows(self) -> Tensor:
         """`[n_active, d_in]` each active feature's encoder row (what its pre-activation reads)."""
-        enc = torch.zeros(self.n_active, self.fwd.graph.inputs[0].shape[-1], dtype=self.readers.dtype)
+        enc = torch.zeros(self.n_active, self.d_in, dtype=self.readers.dtype)
         for layer in self.active[:, 0].unique().tolist():
             mask = self.active[:, 0] == layer
             enc[mask] = self.readers.encoder_columns(layer, self.active[mask, 2]).T.detach()
@@ -347,7 +350,7 @@ class _Sources:
         first `length` positions (None: all; replacement.Prefixes). Only the sources in the targets' causal
         cone are read: MLP outputs of the layers below the highest target and positions up to the last
         target's (the gradient is zero elsewhere)."""
-        fwd, n = self.fwd, layers.shape[0]
+        n = layers.shape[0]
         n_layers, n_pos = self.n_layers, self.n_pos
         top, last = min(int(layers.max()), n_layers), int(positions.max()) + 1
         graph = self.prefixes.get(n_pos if length is None else length)
@@ -374,7 +377,7 @@ class _Sources:
             if g is None:
                 continue
             g = g[:n, :last]  # [n, pos, d_model]
-            errors[:, layer, :last] = torch.einsum("bpd,pd->bp", g, fwd.errors[layer, :last].to(g.dtype)).float()
+            errors[:, layer, :last] = torch.einsum("bpd,pd->bp", g, self.errors[layer, :last].to(g.dtype)).float()
             for p, start, end in self.groups.get(layer, []):
                 if p < last:
                     self.per_row[:n, start:end] = (g[:, p] @ self.dec[start:end].T).float()

@@ -251,18 +251,9 @@ class Transcoder(CoderHookPoints, nn.Module):
             >>> unfolded.cfg.processing
             {'fold_ln': False, 'center_writing_weights': True}
         """
-        plan = fit_plan(model, self, caller="Transcoder.converted_to", arg="transcoder")
-        if not copy and (plan is None or (plan.identity and plan.read_hook == self.input_hook)):
-            return self
-        cfg = TranscoderConfig(**{f: getattr(self.cfg, f) for f in self.cfg.__dataclass_fields__})
-        cfg.metadata = type(self.cfg.metadata)(self.cfg.metadata)
-        state = {k: v for k, v in self.state_dict().items() if k in transcoder_shapes(cfg)}
-        if plan is not None:
-            cfg.metadata.update({PROCESSING_KEY: dict(plan.processing), "hook_name": plan.read_hook})
-            state = convert_state(state, plan)
-        else:
-            state = {k: v.clone() for k, v in state.items()}
-        return _build(cfg, state, self.device)
+        return converted_with(
+            self, model, fit_plan(model, self, caller="Transcoder.converted_to", arg="transcoder"), copy
+        )
 
     # (reset_hooks: CoderHookPoints')
 
@@ -468,6 +459,22 @@ _D_MODEL_HOOKS = (
     "ln1.hook_normalized",
     "hook_attn_out",
 )
+
+
+def converted_with(tc: Transcoder, model: Any, plan: Plan | None, copy: bool = True) -> Transcoder:
+    """`tc.converted_to(model, copy)` given its `fit_plan(model, tc)` already worked out (checking a model's
+    weights costs a pass over them: a caller that checked the fit first need not ask again)."""
+    if not copy and (plan is None or (plan.identity and plan.read_hook == tc.input_hook)):
+        return tc
+    cfg = TranscoderConfig(**{f: getattr(tc.cfg, f) for f in tc.cfg.__dataclass_fields__})
+    cfg.metadata = type(tc.cfg.metadata)(tc.cfg.metadata)
+    state = {k: v for k, v in tc.state_dict().items() if k in transcoder_shapes(cfg)}
+    if plan is not None:
+        cfg.metadata.update({PROCESSING_KEY: dict(plan.processing), "hook_name": plan.read_hook})
+        state = convert_state(state, plan)
+    else:
+        state = {k: v.clone() for k, v in state.items()}
+    return _build(cfg, state, tc.device)
 
 
 def check_transcoder_fits(
